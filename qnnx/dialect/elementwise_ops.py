@@ -1,0 +1,101 @@
+"""int8 -> int8 elementwise ops: add, sub, mul (each operand and the output with its own,
+possibly per-axis, qparams), concat (inputs requantized to the output's qparams) and
+lut (table lookup: the integer form of any elementwise nonlinearity)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qnnx import numerics
+from qnnx.dialect.schema import (Attribute, Input, axis_attr, compute_attr, op, out_dtype_attr,
+                                 qparam_inputs, rounding_attr)
+from qnnx.dtypes import as_int64, int_type
+from qnnx.errors import QnnxError
+
+_BINARY_INPUTS = (Input("a", "integer tensor"), *qparam_inputs("a_", "a"),
+                  Input("b", "integer tensor (numpy broadcasting with a)"), *qparam_inputs("b_", "b"),
+                  *qparam_inputs("y_", "y"))
+_BINARY_ATTRS = (axis_attr(1, "axis of the (broadcast) output that per-axis qparams run along"),
+                 out_dtype_attr(), rounding_attr("tflite"), compute_attr())
+_BINARY_TYPES = "a, b: int8/uint8/int16/uint16; scales float; zero points int32"
+
+
+@op("add", doc="`y = quantize(real(a) + real(b))`; numerics.add defines the integer steps.",
+    inputs=_BINARY_INPUTS, outputs=(Input("y", "integer tensor of `out_dtype`"),),
+    attributes=_BINARY_ATTRS, types=_BINARY_TYPES)
+def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis, out_dtype,
+        rounding, compute):
+    return (numerics.add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, axis=axis,
+                         out_dtype=out_dtype, rounding=rounding, compute=compute),)
+
+
+@op("sub", doc="`y = quantize(real(a) - real(b))`; numerics.add(subtract=True) defines the steps.",
+    inputs=_BINARY_INPUTS, outputs=(Input("y", "integer tensor of `out_dtype`"),),
+    attributes=_BINARY_ATTRS, types=_BINARY_TYPES)
+def sub(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis, out_dtype,
+        rounding, compute):
+    return (numerics.add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, axis=axis,
+                         out_dtype=out_dtype, rounding=rounding, compute=compute, subtract=True),)
+
+
+@op("mul", doc="`y = quantize(real(a) * real(b))`: the int32 product requantized by a_scale*b_scale/y_scale.",
+    inputs=_BINARY_INPUTS, outputs=(Input("y", "integer tensor of `out_dtype`"),),
+    attributes=_BINARY_ATTRS, types=_BINARY_TYPES)
+def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis, out_dtype,
+        rounding, compute):
+    return (numerics.mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, axis=axis,
+                         out_dtype=out_dtype, rounding=rounding, compute=compute),)
+
+
+def concat_output_qparams(y_scale, y_zero_point, sizes: list[int], along_concat_axis: bool):
+    """The slice of the output qparams each input is requantized to."""
+    if not along_concat_axis or np.asarray(y_scale).size == 1 and np.asarray(y_zero_point).size == 1:
+        return [(y_scale, y_zero_point)] * len(sizes)
+    offsets = np.cumsum([0, *sizes])
+    s, z = np.broadcast_to(y_scale, (offsets[-1],)), np.broadcast_to(y_zero_point, (offsets[-1],))
+    return [(s[o:e], z[o:e]) for o, e in zip(offsets[:-1], offsets[1:])]
+
+
+@op("concat", doc="Concatenate along `axis`, each input requantized to the output qparams. "
+    "Inputs are given after the output qparams as (x, scale, zero_point) triples, like com.microsoft "
+    "QLinearConcat. Per-axis qparams run along `quant_axis`; when it equals `axis`, the output's "
+    "per-axis vector covers the concatenated dimension (no requantize needed at all).",
+    inputs=(*qparam_inputs("y_", "y"), Input("inputs", "(x_i, x_i_scale, x_i_zero_point) triples",
+                                             variadic=True)),
+    outputs=(Input("y", "integer tensor of `out_dtype`"),),
+    attributes=(Attribute("axis", int, None, "concatenation axis", required=True),
+                Attribute("quant_axis", int, 1, "axis of per-axis qparams"),
+                out_dtype_attr(), rounding_attr("tflite"), compute_attr()),
+    types="x_i: integer; scales float; zero points int32")
+def concat(y_scale, y_zero_point, *inputs, axis, quant_axis, out_dtype, rounding, compute):
+    if not inputs or len(inputs) % 3:
+        raise QnnxError(f"concat takes (x, scale, zero_point) triples after y_scale, y_zero_point; "
+                        f"got {len(inputs)} inputs")
+    xs = [np.asarray(v) for v in inputs[0::3]]
+    ndim = xs[0].ndim
+    ax = numerics.normalize_axis(axis, ndim)
+    qax = numerics.normalize_axis(quant_axis, ndim, "quant_axis")
+    sizes = [x.shape[ax] for x in xs]
+    targets = concat_output_qparams(y_scale, y_zero_point, sizes, qax == ax)
+    parts = [numerics.requantize(x, s, z, ys, yz, axis=qax, rounding=rounding, out_dtype=out_dtype,
+                                 compute=compute)
+             for x, s, z, (ys, yz) in zip(xs, inputs[1::3], inputs[2::3], targets)]
+    return (np.concatenate(parts, axis=ax),)
+
+
+@op("lut", doc="Table lookup `y = table[x - min(dtype of x)]`: the integer form of an elementwise "
+    "nonlinearity (sigmoid, tanh, hardswish, gelu, silu, exp...) built offline for fixed qparams.",
+    inputs=(Input("x", "int8/uint8 (or 4-bit) tensor"),
+            Input("table", "1-D of 2**bits(x) entries, the output values")),
+    outputs=(Input("y", "tensor of the table's dtype"),),
+    types="x: int8/uint8/int4/uint4; table: any integer dtype, length 2**bits(x)")
+def lut(x, table):
+    x = np.asarray(x)
+    t = int_type(x.dtype)
+    table = np.asarray(table)
+    if t.bits > 8:
+        raise QnnxError(f"lut input must be 8-bit or narrower, got {t.name}")
+    if table.ndim != 1 or table.size != 1 << t.bits:
+        raise QnnxError(f"lut table must be 1-D with {1 << t.bits} entries for {t.name} input, "
+                        f"got shape {table.shape}")
+    return (table[as_int64(x) - t.qmin],)

@@ -1,0 +1,128 @@
+"""Op schemas of the ``qnnx`` ONNX domain and their registry.
+
+One :class:`OpSchema` per op: inputs, attributes (with defaults and allowed
+values), dtype rules in words, and the reference kernel. The registry is the
+only place an op is declared: the reference evaluator, the validator, the
+lowering and ``docs/dialect.md`` are all derived from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from qnnx.errors import QnnxError
+from qnnx.numerics import COMPUTE_MODES, ROUNDING_MODES
+
+DOMAIN = "qnnx"
+VERSION = 1
+
+INT_DTYPES = ("int2", "uint2", "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32")
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    doc: str
+    optional: bool = False
+    variadic: bool = False
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    kind: type  # int, float, str, or list (ints)
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    name: str
+    doc: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[Input, ...]
+    attributes: tuple[Attribute, ...]
+    types: str
+    kernel: Callable[..., tuple[np.ndarray, ...]] = field(compare=False)
+
+    def attribute(self, name: str) -> Attribute:
+        for a in self.attributes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def resolve_attributes(self, given: dict[str, Any], where: str) -> dict[str, Any]:
+        """Defaults filled in, unknown names and bad choices rejected."""
+        known = {a.name for a in self.attributes}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise QnnxError(f"unknown attribute(s) {', '.join(unknown)} for qnnx.{self.name}", where=where)
+        out = {}
+        for a in self.attributes:
+            if a.name in given:
+                v = given[a.name]
+            elif a.required:
+                raise QnnxError(f"qnnx.{self.name} requires attribute {a.name!r}", where=where)
+            else:
+                v = a.default
+            if isinstance(v, bytes):
+                v = v.decode()
+            if a.choices is not None and v not in a.choices:
+                raise QnnxError(f"attribute {a.name}={v!r} is not one of {', '.join(map(str, a.choices))}",
+                                where=where)
+            out[a.name] = list(v) if a.kind is list and v is not None else v
+        return out
+
+
+REGISTRY: dict[str, OpSchema] = {}
+
+
+def register(schema: OpSchema) -> OpSchema:
+    if schema.name in REGISTRY:
+        raise ValueError(f"qnnx.{schema.name} registered twice")
+    REGISTRY[schema.name] = schema
+    return schema
+
+
+def op(name: str, *, doc: str, inputs, outputs, attributes=(), types: str):
+    """Decorator: register the decorated reference kernel under ``qnnx.<name>``."""
+
+    def wrap(kernel):
+        register(OpSchema(name, doc, tuple(inputs), tuple(outputs), tuple(attributes), types, kernel))
+        return kernel
+
+    return wrap
+
+
+def get_schema(name: str) -> OpSchema:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise QnnxError(f"unknown qnnx op {name!r}") from None
+
+
+# Attributes shared by many ops, declared once.
+def axis_attr(default: int = 1, doc: str = "axis of per-axis qparams (ignored for per-tensor)") -> Attribute:
+    return Attribute("axis", int, default, doc)
+
+
+def out_dtype_attr() -> Attribute:
+    return Attribute("out_dtype", str, None, "integer type of the output", INT_DTYPES, required=True)
+
+
+def rounding_attr(default: str) -> Attribute:
+    return Attribute("rounding", str, default, "how ties round (see numerics)", ROUNDING_MODES)
+
+
+def compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point or float32 multiplier", COMPUTE_MODES)
+
+
+def qparam_inputs(prefix: str, what: str) -> tuple[Input, Input]:
+    return (Input(f"{prefix}scale", f"scale of {what}: float scalar or 1-D along `axis`"),
+            Input(f"{prefix}zero_point", f"zero point of {what}: int32 scalar or 1-D along `axis`"))

@@ -1,0 +1,67 @@
+"""Building nodes and constants into an onnx-ir graph with unique names."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+
+def _all_names(graph: ir.Graph) -> set[str]:
+    names = {v.name for v in graph.inputs} | set(graph.initializers)
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        names.update(v.name for v in node.outputs if v.name)
+    return names
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The numpy value of an initializer or Constant-produced value, else None."""
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    node = value.producer()
+    if node is not None and node.op_type == "Constant" and node.domain == "" and "value" in node.attributes:
+        return node.attributes["value"].as_tensor().numpy()
+    return None
+
+
+class Builder:
+    """Creates nodes (kept in ``self.nodes`` for the caller to insert) and initializers
+    (registered in the graph at once), naming everything ``<prefix>/<hint>`` uniquely."""
+
+    def __init__(self, graph: ir.Graph, prefix: str = "qnnx"):
+        self.graph = graph
+        self.prefix = prefix or "qnnx"
+        self.nodes: list[ir.Node] = []
+        self._taken = _all_names(graph)
+        self._counter = itertools.count()
+
+    def name(self, hint: str) -> str:
+        base = f"{self.prefix}/{hint}"
+        candidate = base
+        while candidate in self._taken:
+            candidate = f"{base}_{next(self._counter)}"
+        self._taken.add(candidate)
+        return candidate
+
+    def const(self, array, hint: str, dtype: ir.DataType | None = None) -> ir.Value:
+        arr = np.asarray(array)
+        name = self.name(hint)
+        tensor = ir.tensor(arr, dtype=dtype, name=name)
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(arr.shape),
+                         const_value=tensor)
+        self.graph.register_initializer(value)
+        return value
+
+    def op(self, op_type: str, inputs, *, domain: str = "", outputs: int = 1, hint: str | None = None,
+           **attributes: Any):
+        attrs = ir.convenience.convert_attributes({k: v for k, v in attributes.items() if v is not None})
+        node = ir.Node(domain, op_type, list(inputs), attrs, num_outputs=outputs,
+                       name=self.name(hint or op_type))
+        for i, out in enumerate(node.outputs):
+            out.name = self.name(f"{hint or op_type}_out{i}" if outputs > 1 else (hint or op_type) + "_out")
+        self.nodes.append(node)
+        return node.outputs[0] if outputs == 1 else tuple(node.outputs)

@@ -1,0 +1,56 @@
+"""Loading and saving models: ONNX files (external data included) <-> onnx-ir.
+
+Only the API boundary touches protobuf. Saves are atomic: a temporary file in
+the destination directory, then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from qnnx.errors import QnnxError
+
+ModelLike = "str | os.PathLike | onnx.ModelProto | ir.Model"
+
+
+def load_model(model, *, copy: bool = True) -> ir.Model:
+    """An ``ir.Model`` from a path, a ModelProto or an ir.Model (copied unless ``copy=False``,
+    so passes never mutate what the caller handed in)."""
+    if isinstance(model, ir.Model):
+        return ir.from_proto(ir.to_proto(model)) if copy else model
+    if isinstance(model, onnx.ModelProto):
+        return ir.from_proto(model)
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise QnnxError("file not found", where=str(path))
+        try:
+            return ir.load(path)
+        except Exception as e:  # protobuf raises several types for truncated/garbage files
+            raise QnnxError(f"not a readable ONNX model ({type(e).__name__}: {str(e)[:200]})",
+                            where=str(path)) from None
+    raise QnnxError(f"expected a path, onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    return ir.to_proto(model)
+
+
+def save_model(model: ir.Model, path, *, external_data: str | None = None) -> Path:
+    """Write ``model`` to ``path`` atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        ir.save(model, tmp, external_data=external_data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

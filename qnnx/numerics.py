@@ -1,0 +1,420 @@
+"""Reference integer numerics: the single source of truth.
+
+Every kernel, lowering and export in qnnx is tested against these functions.
+They are plain numpy, vectorised, and exact: integer paths run in int64 with
+explicit saturation, float paths in IEEE float32 with one rounding per step in
+the order written here (so an ONNX graph doing the same steps is bit-identical).
+
+Affine quantization: ``q = clip(round(r / scale) + zero_point)``,
+``r = (q - zero_point) * scale``. ``scale``/``zero_point`` are scalars or 1-D
+arrays along ``axis`` (per-axis), or full-rank arrays with ``block_size``
+(blocked).
+
+Rounding modes (how a value exactly halfway between two integers goes):
+
+``"half_even"``  to the even neighbour (ONNX QuantizeLinear, ORT, numpy.rint).
+``"upward"``     toward +inf (TVM's default ``UPWARD``).
+``"tonearest"``  away from zero (TVM ``TONEAREST``, C ``round``).
+``"tflite"``     TFLite/gemmlowp: in fixed point, the Q31 *double rounding* of
+                 ``MultiplyByQuantizedMultiplier`` (saturating rounding
+                 doubling high multiply, then rounding divide by a power of
+                 two); in float math, away from zero (``TfLiteRound``).
+
+Compute modes of a requantization by ``m = input_scale / output_scale``:
+
+``"fixed_point"`` ``m`` becomes a Q31 multiplier and a shift (``frexp``, as
+                  TFLite's ``QuantizeMultiplier``); ``x * M`` is exact in int64
+                  and rounded once by the mode (twice for ``tflite``).
+``"float"``       ``float32(x) * float32(m)`` in float32, then rounded by the
+                  mode (the arithmetic of ORT's QLinear kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from qnnx.dtypes import IntType, as_int64, int_type
+from qnnx.errors import QnnxError
+
+Rounding = Literal["tflite", "upward", "tonearest", "half_even"]
+Compute = Literal["fixed_point", "float"]
+ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
+COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_rounding(rounding: str) -> str:
+    if rounding not in ROUNDING_MODES:
+        raise QnnxError(f"unknown rounding {rounding!r}; expected one of {', '.join(ROUNDING_MODES)}")
+    return rounding
+
+
+def check_compute(compute: str) -> str:
+    if compute not in COMPUTE_MODES:
+        raise QnnxError(f"unknown compute {compute!r}; expected one of {', '.join(COMPUTE_MODES)}")
+    return compute
+
+
+def check_scale(scale, name: str = "scale") -> np.ndarray:
+    """Scales must be positive, finite floats: a zero or NaN scale is never silently used."""
+    s = np.asarray(scale)
+    if s.dtype.kind != "f":
+        raise QnnxError(f"{name} must be a float tensor, got dtype {s.dtype}")
+    if s.size == 0:
+        raise QnnxError(f"{name} is empty")
+    bad = ~(np.isfinite(s) & (s > 0))
+    if bad.any():
+        idx = np.argwhere(bad)[0]
+        where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
+        raise QnnxError(f"{name} must be positive and finite, got {s[tuple(idx)]!r}{where}")
+    return s
+
+
+def check_zero_point(zero_point, dtype: IntType, name: str = "zero_point") -> np.ndarray:
+    z = np.asarray(zero_point)
+    if z.dtype.kind not in "iu" and not (z.dtype.kind == "V" and z.dtype.itemsize == 1):
+        if z.dtype.kind == "f" and np.all(np.isfinite(z)) and np.all(z == np.round(z)):
+            z = z.astype(np.int64)
+        else:
+            raise QnnxError(f"{name} must be an integer tensor, got dtype {z.dtype}")
+    z = as_int64(z)
+    bad = (z < dtype.qmin) | (z > dtype.qmax)
+    if bad.any():
+        v = int(z[tuple(np.argwhere(bad)[0])]) if z.ndim else int(z)
+        raise QnnxError(f"{name} {v} is outside the {dtype.name} range [{dtype.qmin}, {dtype.qmax}]")
+    return z
+
+
+def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
+    if not -ndim <= axis < ndim:
+        raise QnnxError(f"{name}={axis} is out of range for a rank-{ndim} tensor")
+    return axis % ndim
+
+
+def broadcast_param(p: np.ndarray, shape: tuple[int, ...], axis: int, block_size: int = 0,
+                    name: str = "scale") -> np.ndarray:
+    """Reshape a scalar, per-axis (1-D) or blocked (full-rank) qparam to broadcast against ``shape``."""
+    p = np.asarray(p)
+    ndim = len(shape)
+    if p.ndim == 0 or (p.ndim == 1 and p.size == 1 and not block_size):
+        return p.reshape(())
+    if ndim == 0:
+        raise QnnxError(f"{name} has {p.size} values but the tensor is a scalar")
+    ax = normalize_axis(axis, ndim)
+    if block_size:
+        if block_size < 0:
+            raise QnnxError(f"block_size must be positive, got {block_size}")
+        expect = tuple(-(-d // block_size) if i == ax else d for i, d in enumerate(shape))
+        if p.shape != expect:
+            raise QnnxError(f"blocked {name} has shape {p.shape}, expected {expect} "
+                            f"for input shape {shape}, axis={axis}, block_size={block_size}")
+        return np.repeat(p, block_size, axis=ax).take(np.arange(shape[ax]), axis=ax)
+    if p.ndim != 1:
+        raise QnnxError(f"{name} must be a scalar or 1-D (per-axis), got shape {p.shape}")
+    if p.size != shape[ax]:
+        raise QnnxError(f"{name} has {p.size} values but axis {axis} of shape {shape} has {shape[ax]}")
+    dims = [1] * ndim
+    dims[ax] = p.size
+    return p.reshape(dims)
+
+
+# --------------------------------------------------------------------------- rounding
+
+
+def round_float(v: np.ndarray, rounding: str) -> np.ndarray:
+    """Round float values to integers (still float), ties resolved by ``rounding``.
+
+    Exact for every finite input: ``v - floor(v)`` is representable, so no
+    ``+0.5`` is ever added to a value (which would round it a second time).
+    """
+    check_rounding(rounding)
+    v = np.asarray(v)
+    if rounding == "half_even":
+        return np.rint(v)
+    if rounding == "upward":
+        f = np.floor(v)
+        return f + (v - f >= 0.5).astype(v.dtype)
+    a = np.abs(v)  # tonearest and tflite: ties away from zero
+    f = np.floor(a)
+    return np.copysign(f + (a - f >= 0.5).astype(v.dtype), v)
+
+
+def rounding_right_shift(p: np.ndarray, n: np.ndarray, rounding: str) -> np.ndarray:
+    """``round(p / 2**n)`` for int64 ``p`` and ``n >= 0``, ties resolved by ``rounding``.
+
+    ``tflite`` here means gemmlowp's RoundingDivideByPOT: ties away from zero.
+    """
+    p = np.asarray(p, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    floor = p >> n
+    rem = p - (floor << n)
+    half = np.where(n > 0, np.left_shift(np.int64(1), np.maximum(n - 1, 0)), 0)
+    above = rem > half
+    tie = (rem == half) & (n > 0)
+    if rounding == "upward":
+        up = above | tie
+    elif rounding in ("tonearest", "tflite"):
+        up = above | (tie & (p >= 0))
+    elif rounding == "half_even":
+        up = above | (tie & ((floor & 1) == 1))
+    else:
+        check_rounding(rounding)
+        raise AssertionError
+    return floor + up.astype(np.int64)
+
+
+# --------------------------------------------------------------------------- fixed point
+
+
+def quantize_multiplier(real) -> tuple[np.ndarray, np.ndarray]:
+    """Q31 multiplier and power-of-two shift with ``real ~= M * 2**(shift - 31)``.
+
+    As TFLite's ``QuantizeMultiplier``: ``frexp`` gives ``q`` in [0.5, 1);
+    ``M = round(q * 2**31)`` (ties away from zero); ``M == 2**31`` renormalises;
+    shifts below -31 flush to zero and above 30 saturate.
+    """
+    real = np.asarray(real, dtype=np.float64)
+    q, shift = np.frexp(real)
+    # q * 2**31 is exact in float64 and below 2**31, so adding 0.5 is exact too.
+    m = np.trunc(np.abs(q) * float(1 << 31) + 0.5).astype(np.int64)
+    renorm = m == (1 << 31)
+    m = np.where(renorm, m >> 1, m)
+    shift = shift.astype(np.int64) + renorm
+    flush = shift < -31
+    m = np.where(flush, 0, m)
+    shift = np.where(flush, 0, shift)
+    big = shift > 30
+    m = np.where(big, INT32_MAX, m)
+    shift = np.where(big, 30, shift)
+    return m, shift
+
+
+def _saturate_int32(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, INT32_MIN, INT32_MAX)
+
+
+def _srdhm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int32 values held in int64."""
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    t = ab + nudge
+    # C++ integer division truncates toward zero.
+    q = np.where(t >= 0, t >> 31, -((-t) >> 31))
+    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, q)
+
+
+def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT (ties away from zero)."""
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
+                                     rounding: str) -> np.ndarray:
+    """``round(x * M * 2**(shift-31))`` for int32-range ``x``.
+
+    ``tflite``: TFLite's MultiplyByQuantizedMultiplier (left shift saturates in
+    int32 instead of overflowing). Other modes: the exact int64 product rounded
+    once by ``rounding``.
+    """
+    x = _saturate_int32(np.asarray(x, dtype=np.int64))
+    multiplier = np.asarray(multiplier, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    if rounding == "tflite":
+        left = np.maximum(shift, 0)
+        right = np.maximum(-shift, 0)
+        return _rounding_divide_by_pot(_srdhm(_saturate_int32(x << left), multiplier), right)
+    # |x| <= 2**31 and M < 2**31 keep the product below 2**62: no int64 overflow.
+    return rounding_right_shift(x * multiplier, 31 - shift, rounding)
+
+
+def requantize_multiplier(input_scale, output_scale) -> np.ndarray:
+    """``input_scale / output_scale`` in float64, as TFLite computes its real multipliers.
+
+    The float compute mode rounds it to float32, which gives the correctly
+    rounded float32 quotient (float64 has more than twice float32's precision).
+    """
+    return np.asarray(input_scale, np.float64) / np.asarray(output_scale, np.float64)
+
+
+def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str) -> np.ndarray:
+    """``round(x * multiplier)`` for int64 ``x`` (int32 range) and a positive float64 ``multiplier``.
+
+    The shared core of requantize, add, mul, pooling and concat; the multiplier
+    broadcasts against ``x`` (per-axis, or even per-element).
+    """
+    check_rounding(rounding)
+    check_compute(compute)
+    x = _saturate_int32(np.asarray(x, dtype=np.int64))
+    if compute == "float":
+        v = x.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
+        return _float_to_int64(round_float(v, rounding))
+    m, shift = quantize_multiplier(multiplier)
+    return multiply_by_quantized_multiplier(x, m, shift, rounding)
+
+
+def _float_to_int64(r: np.ndarray) -> np.ndarray:
+    # Clamp far outside every supported range before the cast so inf/huge values saturate.
+    return np.clip(r, -(2.0 ** 62), 2.0 ** 62).astype(np.int64)
+
+
+def saturate(y: np.ndarray, dtype: IntType) -> np.ndarray:
+    return np.clip(y, dtype.qmin, dtype.qmax).astype(dtype.numpy)
+
+
+# --------------------------------------------------------------------------- public ops
+
+
+def quantize(x, scale, zero_point=0, *, axis: int = -1, out_dtype: str = "int8",
+             rounding: str = "half_even", block_size: int = 0) -> np.ndarray:
+    """``clip(round(x / scale) + zero_point)``.
+
+    The quotient is computed in the float type of ``x`` and ``scale`` (float32
+    for float32 inputs), one IEEE division, as ONNX QuantizeLinear specifies;
+    NaN inputs map to ``zero_point``.
+    """
+    dtype = int_type(out_dtype)
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        raise QnnxError(f"quantize input must be float, got dtype {x.dtype}")
+    s = broadcast_param(check_scale(scale), x.shape, axis, block_size, "scale")
+    z = broadcast_param(check_zero_point(zero_point, dtype), x.shape, axis, block_size, "zero_point")
+    ftype = np.result_type(x.dtype, s.dtype)
+    v = round_float(x.astype(ftype) / s.astype(ftype), rounding)
+    v = np.where(np.isnan(v), 0, v)
+    return saturate(_float_to_int64(v) + z, dtype)
+
+
+def dequantize(q, scale, zero_point=0, *, axis: int = -1, block_size: int = 0) -> np.ndarray:
+    """``(q - zero_point) * scale`` in the scale's float type (float32 at least for the difference)."""
+    q = np.asarray(q)
+    dtype = int_type(q.dtype)
+    s = broadcast_param(check_scale(scale), q.shape, axis, block_size, "scale")
+    z = broadcast_param(check_zero_point(zero_point, dtype), q.shape, axis, block_size, "zero_point")
+    diff = (as_int64(q) - z).astype(np.float32)
+    return (diff * s.astype(np.float32)).astype(s.dtype if s.dtype.itemsize <= 4 else np.float32)
+
+
+def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point, *, axis: int = -1,
+               rounding: str = "tflite", out_dtype: str = "int8", compute: str = "fixed_point") -> np.ndarray:
+    """Move ``x`` from one affine space to another.
+
+    ``y = clip(round((x - input_zero_point) * input_scale / output_scale) + output_zero_point)``
+    with ``round`` as ``compute``/``rounding`` define (module docstring).
+    Every qparam may be per-axis, the output ones included. ``x - input_zero_point``
+    saturates to int32, the accumulator width of every backend.
+    """
+    x = np.asarray(x)
+    in_type = int_type(x.dtype)
+    dtype = int_type(out_dtype)
+    shape = x.shape
+    si = broadcast_param(check_scale(input_scale, "input_scale"), shape, axis, 0, "input_scale")
+    zi = broadcast_param(check_zero_point(input_zero_point, in_type, "input_zero_point"), shape, axis, 0,
+                         "input_zero_point")
+    so = broadcast_param(check_scale(output_scale, "output_scale"), shape, axis, 0, "output_scale")
+    zo = broadcast_param(check_zero_point(output_zero_point, dtype, "output_zero_point"), shape, axis, 0,
+                         "output_zero_point")
+    r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute)
+    return saturate(r + zo, dtype)
+
+
+def simulated_quantize(x, scale, zero_point=0, *, axis: int = -1, out_dtype: str = "int8",
+                       rounding: str = "half_even", block_size: int = 0) -> np.ndarray:
+    """:func:`quantize` with the affine values kept in float32 (integral, clipped to ``out_dtype``)."""
+    return quantize(np.asarray(x, dtype=np.float32), scale, zero_point, axis=axis, out_dtype=out_dtype,
+                    rounding=rounding, block_size=block_size).astype(np.float32)
+
+
+def simulated_dequantize(x, scale, zero_point=0, *, axis: int = -1, block_size: int = 0) -> np.ndarray:
+    """``(x - zero_point) * scale`` for affine values held in float32."""
+    x = np.asarray(x, dtype=np.float32)
+    s = broadcast_param(check_scale(scale), x.shape, axis, block_size, "scale")
+    z = np.asarray(zero_point)
+    z = broadcast_param(z, x.shape, axis, block_size, "zero_point").astype(np.float32)
+    return ((x - z) * s.astype(np.float32)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- binary ops
+
+
+def _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+                     axis, out_dtype):
+    a, b = np.asarray(a), np.asarray(b)
+    ta, tb, ty = int_type(a.dtype), int_type(b.dtype), int_type(out_dtype)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise QnnxError(f"inputs of shapes {a.shape} and {b.shape} do not broadcast") from None
+
+    def param(p, name, check):
+        return broadcast_param(check(p, name), shape, axis, 0, name)
+
+    def zp(t):
+        return lambda p, name: check_zero_point(p, t, name)
+
+    ops = dict(
+        a=np.broadcast_to(as_int64(a), shape) - param(a_zero_point, "a_zero_point", zp(ta)),
+        b=np.broadcast_to(as_int64(b), shape) - param(b_zero_point, "b_zero_point", zp(tb)),
+        sa=param(a_scale, "a_scale", check_scale).astype(np.float64),
+        sb=param(b_scale, "b_scale", check_scale).astype(np.float64),
+        sy=param(y_scale, "y_scale", check_scale).astype(np.float64),
+        zy=param(y_zero_point, "y_zero_point", zp(ty)),
+    )
+    return ops, ta, tb, ty
+
+
+def add_left_shift(a_dtype: str, b_dtype: str) -> int:
+    """Headroom bits for fixed-point add: TFLite uses 20 for 8-bit inputs and 15 for 16-bit."""
+    return 20 if max(int_type(a_dtype).bits, int_type(b_dtype).bits) <= 8 else 15
+
+
+def add_multipliers(sa, sb, sy, left_shift: int):
+    """The three real multipliers of fixed-point add (TFLite's scheme): inputs to a common
+    scale ``2*max(sa, sb)`` with ``left_shift`` bits of headroom, then the sum to ``sy``."""
+    twice_max = 2.0 * np.maximum(sa, sb)
+    return sa / twice_max, sb / twice_max, twice_max / (float(1 << left_shift) * sy)
+
+
+def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis: int = -1,
+        out_dtype: str = "int8", rounding: str = "tflite", compute: str = "fixed_point",
+        subtract: bool = False) -> np.ndarray:
+    """Quantized ``a + b`` (or ``a - b``): every input and the output with its own qparams.
+
+    fixed_point: TFLite's integer add generalised to every rounding mode: both
+    inputs shifted left by :func:`add_left_shift` bits and rescaled to a common
+    scale, summed, then rescaled to the output. float:
+    ``round(f32(a') * f32(sa/sy) +- f32(b') * f32(sb/sy))`` in float32.
+    """
+    o, ta, tb, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                                     y_zero_point, axis, out_dtype)
+    sign = -1 if subtract else 1
+    if check_compute(compute) == "float":
+        check_rounding(rounding)
+        fa = o["a"].astype(np.float32) * requantize_multiplier(o["sa"], o["sy"]).astype(np.float32)
+        fb = o["b"].astype(np.float32) * requantize_multiplier(o["sb"], o["sy"]).astype(np.float32)
+        r = _float_to_int64(round_float(fa + fb if not subtract else fa - fb, rounding))
+    else:
+        ls = add_left_shift(ta.name, tb.name)
+        ma, mb, my = add_multipliers(o["sa"], o["sb"], o["sy"], ls)
+        xa = scale_and_round(o["a"] << ls, ma, rounding=rounding, compute=compute)
+        xb = scale_and_round(o["b"] << ls, mb, rounding=rounding, compute=compute)
+        r = scale_and_round(xa + sign * xb, my, rounding=rounding, compute=compute)
+    return saturate(r + o["zy"], ty)
+
+
+def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis: int = -1,
+        out_dtype: str = "int8", rounding: str = "tflite", compute: str = "fixed_point") -> np.ndarray:
+    """Quantized ``a * b``: the int32 product ``a' * b'`` requantized by ``sa * sb / sy`` (TFLite's MUL)."""
+    o, _, _, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                                   y_zero_point, axis, out_dtype)
+    r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute)
+    return saturate(r + o["zy"], ty)
