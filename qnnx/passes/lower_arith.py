@@ -1,0 +1,156 @@
+"""Standard-ONNX emitters of the steps in ``qnnx.numerics``.
+
+Each function builds, with a :class:`~qnnx.ir.Builder`, the ONNX ops that
+compute exactly what the numerics function of the same name computes, using
+only ops ONNX Runtime implements for these types (int64 Mul/Div/Mod/Where,
+float32 Floor/Round...). Constants (Q31 multipliers, shifts) are computed
+offline with the numerics functions themselves, so there is one definition.
+
+ONNX integer ``Div`` truncates toward zero (C semantics); floor division is
+built from it with a remainder correction, never by adding a bias that could
+overflow int64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.dtypes import IntType
+from qnnx.ir import Builder
+
+I64 = ir.DataType.INT64
+F32 = ir.DataType.FLOAT
+
+
+def i64(b: Builder, v, hint: str) -> ir.Value:
+    return b.const(np.asarray(v, dtype=np.int64), hint)
+
+
+def f32(b: Builder, v, hint: str) -> ir.Value:
+    return b.const(np.asarray(v, dtype=np.float32), hint)
+
+
+def to_i64(b: Builder, x: ir.Value) -> ir.Value:
+    return b.op("Cast", [x], to=I64, hint="as_i64")
+
+
+def to_f32(b: Builder, x: ir.Value) -> ir.Value:
+    return b.op("Cast", [x], to=F32, hint="as_f32")
+
+
+def bool_to_i64(b: Builder, cond: ir.Value) -> ir.Value:
+    return b.op("Cast", [cond], to=I64, hint="bool_i64")
+
+
+def clamp_i64(b: Builder, x: ir.Value, lo: int, hi: int, hint: str = "clamp") -> ir.Value:
+    """``min(max(x, lo), hi)`` on int64 with Where: ONNX Runtime's int64 Clip/Min/Max
+    (1.31, CPU) leave values outside the int32 range unclamped."""
+    lo_v, hi_v = i64(b, lo, f"{hint}_lo"), i64(b, hi, f"{hint}_hi")
+    x = b.op("Where", [b.op("Less", [x, lo_v]), lo_v, x], hint=f"{hint}_low")
+    return b.op("Where", [b.op("Greater", [x, hi_v]), hi_v, x], hint=hint)
+
+
+def saturate_int32(b: Builder, x: ir.Value) -> ir.Value:
+    return clamp_i64(b, x, numerics.INT32_MIN, numerics.INT32_MAX, "sat_int32")
+
+
+def saturate_cast(b: Builder, x: ir.Value, dtype: IntType) -> ir.Value:
+    """int64 -> ``dtype`` with clipping to its range (numerics.saturate)."""
+    y = clamp_i64(b, x, dtype.qmin, dtype.qmax, f"sat_{dtype.name}")
+    return b.op("Cast", [y], to=dtype.onnx, hint=f"to_{dtype.name}")
+
+
+# --------------------------------------------------------------------------- float rounding
+
+
+def round_float(b: Builder, v: ir.Value, rounding: str) -> ir.Value:
+    """numerics.round_float: exact, no ``+0.5`` on the value itself."""
+    numerics.check_rounding(rounding)
+    if rounding == "half_even":
+        return b.op("Round", [v], hint="round_half_even")
+    half = f32(b, 0.5, "half")
+    if rounding == "upward":
+        f = b.op("Floor", [v], hint="floor")
+        up = b.op("GreaterOrEqual", [b.op("Sub", [v, f], hint="frac"), half], hint="frac_ge_half")
+        return b.op("Add", [f, to_f32(b, up)], hint="round_upward")
+    a = b.op("Abs", [v], hint="abs")
+    f = b.op("Floor", [a], hint="floor")
+    up = b.op("GreaterOrEqual", [b.op("Sub", [a, f], hint="frac"), half], hint="frac_ge_half")
+    return b.op("Mul", [b.op("Add", [f, to_f32(b, up)]), b.op("Sign", [v])], hint="round_away")
+
+
+def float_to_i64(b: Builder, r: ir.Value) -> ir.Value:
+    """numerics._float_to_int64: clamp to +-2**62, then cast."""
+    lim = float(2.0 ** 62)
+    return to_i64(b, b.op("Clip", [r, f32(b, -lim, "neg_2p62"), f32(b, lim, "pos_2p62")], hint="clamp_2p62"))
+
+
+# --------------------------------------------------------------------------- integer rounding
+
+
+def floor_div(b: Builder, p: ir.Value, d: np.ndarray) -> tuple[ir.Value, ir.Value]:
+    """``(floor(p / d), p - floor * d)`` for int64 ``p`` and positive constant ``d``."""
+    dv = i64(b, d, "divisor")
+    q = b.op("Div", [p, dv], hint="trunc_div")
+    r = b.op("Sub", [p, b.op("Mul", [q, dv])], hint="trunc_rem")
+    neg = bool_to_i64(b, b.op("Less", [r, i64(b, 0, "zero")]))
+    floor = b.op("Sub", [q, neg], hint="floor_div")
+    rem = b.op("Add", [r, b.op("Mul", [neg, dv])], hint="floor_rem")
+    return floor, rem
+
+
+def rounding_right_shift(b: Builder, p: ir.Value, n: np.ndarray, rounding: str) -> ir.Value:
+    """numerics.rounding_right_shift for constant shifts ``n >= 1``."""
+    n = np.asarray(n, dtype=np.int64)
+    assert (n >= 1).all(), "fixed-point requantize always shifts right by at least one bit"
+    floor, rem = floor_div(b, p, np.left_shift(np.int64(1), n))
+    half = i64(b, np.left_shift(np.int64(1), n - 1), "half")
+    above = b.op("Greater", [rem, half], hint="above_half")
+    tie = b.op("Equal", [rem, half], hint="tie")
+    if rounding == "upward":
+        up = b.op("Or", [above, tie])
+    elif rounding in ("tonearest", "tflite"):
+        up = b.op("Or", [above, b.op("And", [tie, b.op("GreaterOrEqual", [p, i64(b, 0, "zero")])])])
+    else:  # half_even
+        odd = b.op("Equal", [b.op("Mod", [floor, i64(b, 2, "two")]), i64(b, 1, "one")], hint="odd")
+        up = b.op("Or", [above, b.op("And", [tie, odd])])
+    return b.op("Add", [floor, bool_to_i64(b, up)], hint="rounded")
+
+
+def _srdhm(b: Builder, a: ir.Value, m: np.ndarray) -> ir.Value:
+    """gemmlowp SaturatingRoundingDoublingHighMul with a positive constant multiplier
+    (so the INT32_MIN * INT32_MIN saturation case cannot occur)."""
+    ab = b.op("Mul", [a, i64(b, m, "q31_multiplier")], hint="ab")
+    nudge = b.op("Where", [b.op("GreaterOrEqual", [ab, i64(b, 0, "zero")]), i64(b, 1 << 30, "nudge_pos"),
+                           i64(b, 1 - (1 << 30), "nudge_neg")], hint="nudge")
+    return b.op("Div", [b.op("Add", [ab, nudge]), i64(b, 1 << 31, "two_p31")], hint="srdhm")  # truncates
+
+
+def _rounding_divide_by_pot(b: Builder, x: ir.Value, exponent: np.ndarray) -> ir.Value:
+    """gemmlowp RoundingDivideByPOT for constant exponents >= 0."""
+    d = np.left_shift(np.int64(1), exponent)
+    floor, rem = floor_div(b, x, d)
+    threshold = b.op("Add", [i64(b, (d - 1) >> 1, "threshold"),
+                             bool_to_i64(b, b.op("Less", [x, i64(b, 0, "zero")]))], hint="threshold")
+    return b.op("Add", [floor, bool_to_i64(b, b.op("Greater", [rem, threshold]))], hint="rdbpot")
+
+
+def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray, *, rounding: str, compute: str) -> ir.Value:
+    """numerics.scale_and_round: int64 ``x`` times a constant real multiplier (broadcast-shaped), rounded."""
+    numerics.check_rounding(rounding)
+    numerics.check_compute(compute)
+    x = saturate_int32(b, x)
+    if compute == "float":
+        v = b.op("Mul", [to_f32(b, x), f32(b, np.asarray(multiplier).astype(np.float32), "multiplier")],
+                 hint="scaled")
+        return float_to_i64(b, round_float(b, v, rounding))
+    m, shift = numerics.quantize_multiplier(multiplier)
+    if rounding == "tflite":
+        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+        if left.any():
+            x = saturate_int32(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]))
+        return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
+    return rounding_right_shift(b, b.op("Mul", [x, i64(b, m, "q31_multiplier")], hint="product"), 31 - shift,
+                                rounding)
