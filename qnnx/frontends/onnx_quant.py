@@ -27,7 +27,7 @@ import onnx_ir as ir
 from qnnx.dialect import DOMAIN, VERSION
 from qnnx.dtypes import INT_TYPES, int_type, is_int_type
 from qnnx.errors import QnnxError
-from qnnx.ir import Builder, const_array
+from qnnx.ir import Builder, const_array, replace_node
 
 ImportRule = Callable[[ir.Node, Builder], "list[ir.Value] | None"]
 IMPORT_RULES: dict[str, ImportRule] = {}
@@ -212,15 +212,7 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
             raise e.at(f"node {node.name or node.op_type!r} ({node.op_type})") from None
         if new_values is None:
             continue
-        for old, new in zip(node.outputs, new_values):
-            new.type = old.type if old.type is not None else new.type
-            new.shape = old.shape if old.shape is not None else new.shape
-        graph.insert_before(node, b.nodes)
-        ir.convenience.replace_all_uses_with(list(node.outputs), list(new_values), replace_graph_outputs=True)
-        names = [o.name for o in node.outputs]
-        graph.remove(node, safe=True)
-        for new, name in zip(new_values, names):
-            new.name = name
+        replace_node(graph, node, b.nodes, new_values)
         changed = True
     if changed or DOMAIN not in m.opset_imports:
         m.opset_imports[DOMAIN] = VERSION

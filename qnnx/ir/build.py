@@ -65,3 +65,17 @@ class Builder:
             out.name = self.name(f"{hint or op_type}_out{i}" if outputs > 1 else (hint or op_type) + "_out")
         self.nodes.append(node)
         return node.outputs[0] if outputs == 1 else tuple(node.outputs)
+
+
+def replace_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], new_values) -> None:
+    """Put ``new_nodes`` where ``node`` was; its outputs' users (graph outputs included) move to
+    ``new_values``, which take over the old names, types and shapes."""
+    for old, new in zip(node.outputs, new_values):
+        new.type = old.type if old.type is not None else new.type
+        new.shape = old.shape if old.shape is not None else new.shape
+    graph.insert_before(node, new_nodes)
+    ir.convenience.replace_all_uses_with(list(node.outputs), list(new_values), replace_graph_outputs=True)
+    names = [o.name for o in node.outputs]
+    graph.remove(node, safe=True)
+    for new, name in zip(new_values, names):
+        new.name = name

@@ -1,0 +1,1 @@
+"""Graph passes over onnx-ir models (each takes and returns an ``ir.Model``)."""

@@ -1,0 +1,512 @@
+"""Lower every ``qnnx`` op to standard ONNX ops, bit-identical to ``qnnx.numerics``.
+
+One rule per op (``@lower_rule``), each building the numerics steps with the
+emitters of :mod:`qnnx.passes.lower_arith`:
+
+    quantize / simulated_quantize   -> Div, exact rounding, Add zp, clamp, Cast
+    dequantize / simulated_dequantize -> Sub zp, Cast, Mul
+    requantize                      -> Sub zp (int64), fixed-point or float rescale, Add zp, clamp, Cast
+    conv                            -> ConvInteger (int16 inputs as two byte planes; per-channel
+                                       weight zero points by a window-sum correction) + Add bias
+    matmul                          -> MatMulInteger, or int64 MatMul where ORT has no integer kernel
+    add / sub / mul                 -> int64 arithmetic with the numerics multipliers
+    concat                          -> requantize each input, Concat
+    avg_pool / global_avg_pool      -> window sums (ConvInteger with a ones kernel / ReduceSum) + rescale
+    lut                             -> Gather
+
+Scales and zero points must be constants (the fixed-point multipliers are
+computed offline) — except quantize/dequantize, whose per-tensor scale may be
+computed at run time (DynamicQuantizeLinear).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.dialect import DOMAIN, get_schema
+from qnnx.dtypes import int_type
+from qnnx.errors import QnnxError
+from qnnx.ir import Builder, const_array, load_model, replace_node
+from qnnx.passes import lower_arith as la
+
+LowerRule = Callable[[ir.Node, dict, Builder], "list[ir.Value]"]
+LOWER_RULES: dict[str, LowerRule] = {}
+
+
+def lower_rule(op_type: str):
+    def wrap(fn: LowerRule) -> LowerRule:
+        LOWER_RULES[op_type] = fn
+        return fn
+
+    return wrap
+
+
+# --------------------------------------------------------------------------- qparam helpers
+
+
+def _const(node: ir.Node, i: int, what: str) -> np.ndarray:
+    v = node.inputs[i] if i < len(node.inputs) else None
+    arr = const_array(v)
+    if arr is None:
+        raise QnnxError(f"{what} must be a constant to lower this op (it is computed at run time)")
+    return np.asarray(arr)
+
+
+def _rank(v: ir.Value, what: str) -> int:
+    if v.shape is None:
+        raise QnnxError(f"the rank of {what} is unknown; per-axis qparams need it (run shape inference)")
+    return len(v.shape)
+
+
+def _along(p: np.ndarray, rank: int | None, axis: int, what: str) -> np.ndarray:
+    """A scalar stays a scalar; a 1-D per-axis qparam is reshaped to broadcast on ``axis``."""
+    p = np.asarray(p)
+    if p.size == 1 and p.ndim <= 1:
+        return p.reshape(())
+    if p.ndim != 1 or rank is None:
+        raise QnnxError(f"{what} must be a scalar or 1-D per-axis (rank known), got shape {p.shape}")
+    ax = numerics.normalize_axis(axis, rank)
+    dims = [1] * rank
+    dims[ax] = p.size
+    return p.reshape(dims)
+
+
+def _dtype(v: ir.Value, what: str):
+    if v.dtype is None:
+        raise QnnxError(f"the dtype of {what} is unknown")
+    return int_type(v.dtype)
+
+
+def _sub_zero_point(b: Builder, x: ir.Value, zp: np.ndarray) -> ir.Value:
+    x64 = la.to_i64(b, x)
+    if not np.any(zp):
+        return x64
+    return b.op("Sub", [x64, la.i64(b, zp, "zero_point")], hint="centered")
+
+
+def _add_zero_point_and_cast(b: Builder, r: ir.Value, zp: np.ndarray, dtype) -> ir.Value:
+    if np.any(zp):
+        r = b.op("Add", [r, la.i64(b, zp, "out_zero_point")], hint="plus_zp")
+    return la.saturate_cast(b, r, dtype)
+
+
+def _requantize_value(b: Builder, x: ir.Value, in_dtype, si, zi, so, zo, out_dtype, *, rank, axis, rounding,
+                      compute) -> ir.Value:
+    """numerics.requantize with constant qparams (shared by requantize and concat)."""
+    numerics.check_scale(si, "input_scale")
+    numerics.check_scale(so, "output_scale")
+    numerics.check_zero_point(zi, in_dtype, "input_zero_point")
+    numerics.check_zero_point(zo, out_dtype, "output_zero_point")
+    si, so = _along(si, rank, axis, "input_scale"), _along(so, rank, axis, "output_scale")
+    zi, zo = _along(zi, rank, axis, "input_zero_point"), _along(zo, rank, axis, "output_zero_point")
+    centered = _sub_zero_point(b, x, zi.astype(np.int64))
+    r = la.scale_and_round(b, centered, numerics.requantize_multiplier(si, so), rounding=rounding, compute=compute)
+    return _add_zero_point_and_cast(b, r, zo.astype(np.int64), out_dtype)
+
+
+# --------------------------------------------------------------------------- affine ops
+
+
+def _scale_input(b: Builder, node: ir.Node, i: int, rank: int | None, axis: int, block_size: int,
+                 x: ir.Value) -> ir.Value:
+    """The scale as a broadcastable float value: a reshaped/expanded constant, or a per-tensor run-time value."""
+    arr = const_array(node.inputs[i])
+    if arr is None:
+        return node.inputs[i]  # run-time per-tensor scale (e.g. DynamicQuantizeLinear)
+    numerics.check_scale(arr)
+    if block_size:
+        if x.shape is None or not all(isinstance(d, int) for d in x.shape):
+            raise QnnxError("blocked qparams need a static input shape to lower")
+        arr = numerics.broadcast_param(arr, tuple(x.shape), axis, block_size)
+        return b.const(arr, "scale")
+    return b.const(_along(arr, rank, axis, "scale"), "scale")
+
+
+def _zero_point_param(node: ir.Node, i: int, rank, axis, block_size, x: ir.Value) -> np.ndarray | ir.Value:
+    arr = const_array(node.inputs[i])
+    if arr is None:
+        return node.inputs[i]
+    arr = np.asarray(arr).astype(np.int64)
+    if block_size:
+        return numerics.broadcast_param(arr, tuple(x.shape), axis, block_size)
+    return _along(arr, rank, axis, "zero_point")
+
+
+def _rank_if_needed(node: ir.Node, x: ir.Value) -> int | None:
+    return len(x.shape) if x.shape is not None else None
+
+
+def _quantize_to_i64(b: Builder, node: ir.Node, a: dict) -> tuple[ir.Value, object]:
+    x = node.inputs[0]
+    rank = _rank_if_needed(node, x)
+    dtype = int_type(a["out_dtype"])
+    scale = _scale_input(b, node, 1, rank, a["axis"], a["block_size"], x)
+    if x.dtype != scale.dtype and scale.dtype is not None and x.dtype is not None:
+        wider = x.dtype if x.dtype.itemsize >= scale.dtype.itemsize else scale.dtype
+        x = b.op("Cast", [x], to=wider) if x.dtype != wider else x
+        scale = b.op("Cast", [scale], to=wider) if scale.dtype != wider else scale
+    v = la.round_float(b, b.op("Div", [x, scale], hint="quotient"), a["rounding"])
+    if x.dtype not in (None, la.F32):
+        v = la.to_f32(b, v)  # exact: an integral float16 is representable in float32
+    v = b.op("Where", [b.op("IsNaN", [v]), la.f32(b, 0.0, "zero_f"), v], hint="nan_to_zero")
+    r = la.float_to_i64(b, v)
+    zp = _zero_point_param(node, 2, rank, a["axis"], a["block_size"], node.inputs[0])
+    if isinstance(zp, ir.Value):
+        r = b.op("Add", [r, la.to_i64(b, zp)], hint="plus_zp")
+    elif np.any(zp):
+        numerics.check_zero_point(zp, dtype)
+        r = b.op("Add", [r, la.i64(b, zp, "zero_point")], hint="plus_zp")
+    return la.clamp_i64(b, r, dtype.qmin, dtype.qmax, f"sat_{dtype.name}"), dtype
+
+
+@lower_rule("quantize")
+def _quantize(node, a, b):
+    r, dtype = _quantize_to_i64(b, node, a)
+    return [b.op("Cast", [r], to=dtype.onnx, hint=f"to_{dtype.name}")]
+
+
+@lower_rule("simulated_quantize")
+def _simulated_quantize(node, a, b):
+    r, _ = _quantize_to_i64(b, node, a)
+    return [la.to_f32(b, r)]
+
+
+def _dequantize_common(node, a, b, *, simulated: bool) -> list[ir.Value]:
+    x = node.inputs[0]
+    rank = _rank_if_needed(node, x)
+    scale = _scale_input(b, node, 1, rank, a["axis"], a["block_size"], x)
+    zp = _zero_point_param(node, 2, rank, a["axis"], a["block_size"], x)
+    if simulated:
+        zf = la.to_f32(b, zp) if isinstance(zp, ir.Value) else la.f32(b, zp, "zero_point")
+        return [b.op("Mul", [b.op("Sub", [la.to_f32(b, x), zf]), la.to_f32(b, scale)], hint="dequantized")]
+    centered = la.to_i64(b, x)
+    if isinstance(zp, ir.Value):
+        centered = b.op("Sub", [centered, la.to_i64(b, zp)])
+    elif np.any(zp):
+        centered = b.op("Sub", [centered, la.i64(b, zp, "zero_point")])
+    y = b.op("Mul", [la.to_f32(b, centered), la.to_f32(b, scale)], hint="dequantized")
+    if scale.dtype is not None and scale.dtype != la.F32:
+        y = b.op("Cast", [y], to=scale.dtype)
+    return [y]
+
+
+@lower_rule("dequantize")
+def _dequantize(node, a, b):
+    return _dequantize_common(node, a, b, simulated=False)
+
+
+@lower_rule("simulated_dequantize")
+def _simulated_dequantize(node, a, b):
+    return _dequantize_common(node, a, b, simulated=True)
+
+
+@lower_rule("requantize")
+def _requantize(node, a, b):
+    x = node.inputs[0]
+    si, zi, so, zo = (_const(node, i, n) for i, n in
+                      ((1, "input_scale"), (2, "input_zero_point"), (3, "output_scale"), (4, "output_zero_point")))
+    per_axis = max(p.size for p in (si, zi, so, zo)) > 1
+    rank = _rank(x, "x") if per_axis else None
+    return [_requantize_value(b, x, _dtype(x, "x"), si, zi, so, zo, int_type(a["out_dtype"]), rank=rank,
+                              axis=a["axis"], rounding=a["rounding"], compute=a["compute"])]
+
+
+# --------------------------------------------------------------------------- conv / matmul
+
+
+_U8_OFFSET = 128  # int8 -> uint8 by adding 128 (a zero point moves with it)
+
+
+def _byte_planes(b: Builder, x: ir.Value, zp: int, dtype) -> list[tuple[int, ir.Value, int, type]]:
+    """Split an int16/uint16 tensor into (weight, 8-bit plane, plane zero point, plane numpy type)
+    with ``x - zp == sum(weight * (plane - plane_zp))`` exactly, so ConvInteger can do the work."""
+    if dtype.bits <= 8:
+        return [(1, x, zp, np.int8 if dtype.signed else np.uint8)]
+    x32 = b.op("Cast", [x], to=ir.DataType.INT32)
+    offset = 32768 if dtype.signed else 0
+    hi = b.op("Div", [b.op("Add", [x32, b.const(np.int32(offset), "offset")]), b.const(np.int32(256), "b256")],
+              hint="hi_byte")  # non-negative numerator: truncation == floor
+    lo = b.op("Sub", [x32, b.op("Mul", [b.op("Sub", [hi, b.const(np.int32(offset // 256), "hi_off")]),
+                                        b.const(np.int32(256), "b256")])], hint="lo_byte")
+    zh, zl = divmod(zp + offset, 256)
+    u8 = ir.DataType.UINT8
+    return [(256, b.op("Cast", [hi], to=u8, hint="hi_u8"), zh, np.uint8),
+            (1, b.op("Cast", [lo], to=u8, hint="lo_u8"), zl, np.uint8)]
+
+
+def _conv_integer(b: Builder, x: ir.Value, xz: int, xtype, w: ir.Value, wz_scalar: int, wtype_np, attrs) -> ir.Value:
+    """Exact int32 ``conv(x - xz, w - wz)`` for int8/uint8/int16/uint16 ``x``."""
+    total = None
+    for weight, plane, pz, plane_np in _byte_planes(b, x, xz, xtype):
+        pzv = b.const(np.asarray(pz, dtype=plane_np), "x_zero_point")
+        part = b.op("ConvInteger", [plane, w, pzv, b.const(np.asarray(wz_scalar, dtype=wtype_np), "w_zero_point")],
+                    hint="conv_integer", **attrs)
+        if weight != 1:
+            part = b.op("Mul", [part, b.const(np.int32(weight), "plane_weight")])
+        total = part if total is None else b.op("Add", [total, part], hint="planes_sum")
+    return total
+
+
+def _window_attrs(a: dict) -> dict:
+    return {k: a[k] for k in ("auto_pad", "pads", "strides", "dilations", "group", "kernel_shape")
+            if k in a and a[k] is not None and not (k == "auto_pad" and a[k] == "NOTSET")}
+
+
+@lower_rule("conv")
+def _conv(node, a, b):
+    x, w = node.inputs[0], node.inputs[1]
+    xtype, wtype = _dtype(x, "x"), _dtype(w, "w")
+    xz = int(np.asarray(_const(node, 3, "x_zero_point")).reshape(-1)[0])
+    wz = np.asarray(_const(node, 5, "w_zero_point")).astype(np.int64).reshape(-1)
+    numerics.check_zero_point(xz, xtype, "x_zero_point")
+    numerics.check_zero_point(wz, wtype, "w_zero_point")
+    w_arr = const_array(w)
+    if wtype.bits < 8:  # ConvInteger has no 4-bit weights: widen offline (exact)
+        if w_arr is None:
+            raise QnnxError("4-bit weights must be constant to lower")
+        w = b.const(np.asarray(w_arr).astype(np.int8 if wtype.signed else np.uint8), "w_8bit")
+        wtype = int_type("int8" if wtype.signed else "uint8")
+    w_np = np.int8 if wtype.signed else np.uint8
+    attrs = _window_attrs(a)
+    if attrs.get("auto_pad") in ("SAME_UPPER", "SAME_LOWER"):
+        # ORT's ConvInteger rejects SAME_* with dilations: resolve to explicit pads (needs static dims).
+        from qnnx.dialect.windows import window
+
+        if x.shape is None or w.shape is None or not all(isinstance(d, int) for d in (*x.shape, *w.shape)):
+            raise QnnxError("auto_pad SAME_* needs static input and weight shapes to lower")
+        win = window(tuple(x.shape)[2:], tuple(w.shape)[2:], a["strides"], a["dilations"], None, attrs.pop("auto_pad"))
+        attrs["pads"] = list(win.pads)
+    uniform = bool(np.all(wz == wz[0]))
+    acc = _conv_integer(b, x, xz, xtype, w, int(wz[0]) if uniform else 0, w_np, attrs)
+    if not uniform:
+        # sum (x-xz)(w-wz[m]) = sum (x-xz) w - wz[m] * window_sum(x-xz): ConvInteger has no per-channel wz.
+        if w.shape is None:
+            raise QnnxError("per-channel weight zero points need a known weight shape to lower")
+        ones = b.const(np.ones(tuple(w.shape), dtype=np.uint8), "ones_kernel")
+        window_sum = _conv_integer(b, x, xz, xtype, ones, 0, np.uint8, attrs)
+        corr = b.op("Mul", [window_sum, b.const(wz.astype(np.int32).reshape(1, -1, *([1] * (len(w.shape) - 2))),
+                                                "w_zero_points")])
+        acc = b.op("Sub", [acc, corr], hint="wz_corrected")
+    if len(node.inputs) > 6 and node.inputs[6] is not None:
+        bias = node.inputs[6]
+        rank = len(w.shape) if w.shape is not None else _rank(x, "x")
+        bias_b = b.op("Reshape", [bias, la.i64(b, [1, -1] + [1] * (rank - 2), "bias_shape")], hint="bias_nc")
+        acc = b.op("Add", [acc, bias_b], hint="plus_bias")
+    return [acc]
+
+
+_MMI_TYPES = ("int8", "uint8")
+
+
+@lower_rule("matmul")
+def _matmul(node, a, b):
+    x, w = node.inputs[0], node.inputs[3]
+    xt, wt = _dtype(x, "a"), _dtype(w, "b")
+    az = np.asarray(_const(node, 2, "a_zero_point")).astype(np.int64).reshape(-1)
+    bz = np.asarray(_const(node, 5, "b_zero_point")).astype(np.int64).reshape(-1)
+    numerics.check_zero_point(az, xt, "a_zero_point")
+    numerics.check_zero_point(bz, wt, "b_zero_point")
+    b_2d = w.shape is not None and len(w.shape) == 2
+    if xt.name in _MMI_TYPES and wt.name in _MMI_TYPES and az.size == 1 and (bz.size == 1 or b_2d):
+        def zp_const(z, t, hint):
+            return b.const(np.asarray(z if z.size > 1 else z[0], dtype=t.numpy), hint)
+
+        return [b.op("MatMulInteger", [x, w, zp_const(az, xt, "a_zero_point"), zp_const(bz, wt, "b_zero_point")],
+                     hint="matmul_integer")]
+    # Exact int64 product for what ORT's MatMulInteger lacks (16-bit, 4-bit, per-row a zero point,
+    # per-column b zero point on a batched b).
+    a64 = _sub_zero_point(b, x, az.reshape(-1, 1) if az.size > 1 else az.reshape(()))
+    b64 = _sub_zero_point(b, w, bz if bz.size > 1 else bz.reshape(()))
+    acc = b.op("MatMul", [a64, b64], hint="matmul_i64")
+    return [b.op("Cast", [acc], to=ir.DataType.INT32, hint="wrap_int32")]
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _binary_params(node: ir.Node, a: dict):
+    xa, xb = node.inputs[0], node.inputs[3]
+    ta, tb, ty = _dtype(xa, "a"), _dtype(xb, "b"), int_type(a["out_dtype"])
+    names = ("a_scale", "a_zero_point", None, "b_scale", "b_zero_point", "y_scale", "y_zero_point")
+    p = {n: _const(node, i + 1, n) for i, n in enumerate(names) if n}
+    for n in ("a_scale", "b_scale", "y_scale"):
+        numerics.check_scale(p[n], n)
+    for n, t in (("a_zero_point", ta), ("b_zero_point", tb), ("y_zero_point", ty)):
+        numerics.check_zero_point(p[n], t, n)
+    per_axis = max(v.size for v in p.values()) > 1
+    rank = max(_rank(xa, "a"), _rank(xb, "b")) if per_axis else None
+    p = {n: _along(v, rank, a["axis"], n) for n, v in p.items()}
+    return xa, xb, ta, tb, ty, p
+
+
+def _lower_add(node, a, b, *, subtract: bool):
+    xa, xb, ta, tb, ty, p = _binary_params(node, a)
+    ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
+    cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
+    sa, sb, sy = (p[n].astype(np.float64) for n in ("a_scale", "b_scale", "y_scale"))
+    combine = "Sub" if subtract else "Add"
+    if a["compute"] == "float":
+        numerics.check_rounding(a["rounding"])
+        fa = b.op("Mul", [la.to_f32(b, la.saturate_int32(b, ca)),
+                          la.f32(b, numerics.requantize_multiplier(sa, sy), "a_multiplier")])
+        fb = b.op("Mul", [la.to_f32(b, la.saturate_int32(b, cb)),
+                          la.f32(b, numerics.requantize_multiplier(sb, sy), "b_multiplier")])
+        r = la.float_to_i64(b, la.round_float(b, b.op(combine, [fa, fb]), a["rounding"]))
+    else:
+        ls = numerics.add_left_shift(ta.name, tb.name)
+        ma, mb, my = numerics.add_multipliers(sa, sb, sy, ls)
+        shift = la.i64(b, 1 << ls, "headroom")
+        kw = dict(rounding=a["rounding"], compute=a["compute"])
+        xa_s = la.scale_and_round(b, b.op("Mul", [ca, shift]), ma, **kw)
+        xb_s = la.scale_and_round(b, b.op("Mul", [cb, shift]), mb, **kw)
+        r = la.scale_and_round(b, b.op(combine, [xa_s, xb_s]), my, **kw)
+    return [_add_zero_point_and_cast(b, r, p["y_zero_point"].astype(np.int64), ty)]
+
+
+@lower_rule("add")
+def _add(node, a, b):
+    return _lower_add(node, a, b, subtract=False)
+
+
+@lower_rule("sub")
+def _sub(node, a, b):
+    return _lower_add(node, a, b, subtract=True)
+
+
+@lower_rule("mul")
+def _mul(node, a, b):
+    xa, xb, ta, tb, ty, p = _binary_params(node, a)
+    ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
+    cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
+    mult = p["a_scale"].astype(np.float64) * p["b_scale"].astype(np.float64) / p["y_scale"].astype(np.float64)
+    r = la.scale_and_round(b, b.op("Mul", [ca, cb], hint="product"), mult, rounding=a["rounding"],
+                           compute=a["compute"])
+    return [_add_zero_point_and_cast(b, r, p["y_zero_point"].astype(np.int64), ty)]
+
+
+@lower_rule("concat")
+def _concat(node, a, b):
+    from qnnx.dialect.elementwise_ops import concat_output_qparams
+
+    ys, yz = _const(node, 0, "y_scale"), _const(node, 1, "y_zero_point")
+    xs = node.inputs[2::3]
+    rank = _rank(xs[0], "inputs")
+    ax = numerics.normalize_axis(a["axis"], rank)
+    qax = numerics.normalize_axis(a["quant_axis"], rank, "quant_axis")
+    sizes = []
+    for x in xs:
+        if qax == ax and (x.shape is None or not isinstance(x.shape[ax], int)):
+            raise QnnxError("per-axis concat qparams need static sizes along the concat axis")
+        sizes.append(x.shape[ax] if x.shape is not None else 0)
+    targets = concat_output_qparams(ys, yz, sizes, qax == ax)
+    out_t = int_type(a["out_dtype"])
+    parts = []
+    for k, (x, (ts, tz)) in enumerate(zip(xs, targets)):
+        s, z = _const(node, 2 + 3 * k + 1, f"scale of input {k}"), _const(node, 2 + 3 * k + 2, f"zero point of input {k}")
+        parts.append(_requantize_value(b, x, _dtype(x, f"input {k}"), s, z, np.asarray(ts), np.asarray(tz), out_t,
+                                       rank=rank, axis=qax, rounding=a["rounding"], compute=a["compute"]))
+    return [b.op("Concat", parts, axis=ax, hint="concat")]
+
+
+@lower_rule("lut")
+def _lut(node, a, b):
+    x, table = node.inputs
+    t = _dtype(x, "x")
+    idx = b.op("Sub", [b.op("Cast", [x], to=ir.DataType.INT32), b.const(np.int32(t.qmin), "dtype_min")], hint="index")
+    return [b.op("Gather", [table, idx], axis=0, hint="lookup")]
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def _pool_rescale(b, node, sums, count, rounding, compute):
+    x = node.inputs[0]
+    t = _dtype(x, "x")
+    rank = _rank(x, "x")
+    sx, zx, sy, zy = (_const(node, i, n) for i, n in
+                      ((1, "x_scale"), (2, "x_zero_point"), (3, "y_scale"), (4, "y_zero_point")))
+    numerics.check_scale(sx, "x_scale")
+    numerics.check_scale(sy, "y_scale")
+    numerics.check_zero_point(zy, t, "y_zero_point")
+    sx, sy, zy = (_along(p, rank, 1, n) for p, n in ((sx, "x_scale"), (sy, "y_scale"), (zy, "y_zero_point")))
+    mult = sx.astype(np.float64) / (np.asarray(count, np.float64) * sy.astype(np.float64))
+    r = la.scale_and_round(b, sums, mult, rounding=rounding, compute=compute)
+    return _add_zero_point_and_cast(b, r, zy.astype(np.int64), t)
+
+
+@lower_rule("global_avg_pool")
+def _global_avg_pool(node, a, b):
+    x = node.inputs[0]
+    rank = _rank(x, "x")
+    spatial = list(x.shape)[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise QnnxError("global_avg_pool needs static spatial dims to lower (the divisor is a constant)")
+    zx = _along(np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64), rank, 1, "x_zero_point")
+    centered = _sub_zero_point(b, x, zx)
+    sums = b.op("ReduceSum", [centered, la.i64(b, list(range(2, rank)), "spatial_axes")], keepdims=1,
+                hint="window_sum")
+    return [_pool_rescale(b, node, sums, int(np.prod(spatial)), a["rounding"], a["compute"])]
+
+
+@lower_rule("avg_pool")
+def _avg_pool(node, a, b):
+    from qnnx.dialect.windows import window
+
+    x = node.inputs[0]
+    t = _dtype(x, "x")
+    if x.shape is None or not all(isinstance(d, int) for d in x.shape):
+        raise QnnxError("avg_pool needs a static input shape to lower (divisors are constants)")
+    shape = tuple(x.shape)
+    win = window(shape[2:], a["kernel_shape"], a["strides"], None, a["pads"], a["auto_pad"])
+    channels = shape[1]
+    zx = np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64).reshape(-1)
+    numerics.check_zero_point(zx, t, "x_zero_point")
+    attrs = dict(pads=list(win.pads), strides=list(win.strides), group=channels)
+    ones = b.const(np.ones((channels, 1, *win.kernel), dtype=np.uint8), "ones_kernel")
+    if zx.size == 1:
+        # Padding ConvInteger inserts is the zero point itself: padded taps contribute 0.
+        sums = _conv_integer(b, x, int(zx[0]), t, ones, 0, np.uint8, attrs)
+    else:
+        raw = _conv_integer(b, x, 0, t, ones, 0, np.uint8, attrs)
+        valid = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
+        sums = b.op("Sub", [raw, b.const((zx.reshape(1, -1, *([1] * len(win.kernel))) * valid).astype(np.int32),
+                                         "zp_window_sum")])
+    if a["count_include_pad"] or not any(win.pads):
+        count = np.float64(np.prod(win.kernel))
+    else:
+        count = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
+    return [_pool_rescale(b, node, la.to_i64(b, sums), count, a["rounding"], a["compute"])]
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def lower(model, *, copy: bool = True) -> ir.Model:
+    """A model with every ``qnnx`` op replaced by standard ONNX ops of identical results."""
+    m = load_model(model, copy=copy)
+    graph = m.graph
+    for node in list(graph):
+        if node.domain != DOMAIN:
+            continue
+        where = f"node {node.name or node.op_type!r} (qnnx.{node.op_type})"
+        try:
+            rule = LOWER_RULES.get(node.op_type)
+            if rule is None:
+                raise QnnxError("no lowering rule for this op")
+            attrs = get_schema(node.op_type).resolve_attributes(
+                {k: v.value for k, v in node.attributes.items()}, where)
+            b = Builder(graph, node.name or node.op_type)
+            new_values = rule(node, attrs, b)
+        except QnnxError as e:
+            raise e.at(where) from None
+        replace_node(graph, node, b.nodes, new_values)
+    for name, init in list(graph.initializers.items()):
+        if not init.uses() and not init.is_graph_output():  # qparams the rules folded into constants
+            graph.initializers.pop(name)
+    m.opset_imports.pop(DOMAIN, None)
+    graph.opset_imports.pop(DOMAIN, None)
+    return m

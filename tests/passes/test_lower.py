@@ -1,0 +1,234 @@
+"""Every qnnx op, lowered to standard ONNX, is bit-identical on ONNX Runtime to the reference.
+
+Random shapes and qparams (seeded), every rounding and compute mode. Tolerance: none (bit-exact).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import qnnx
+from qnnx.numerics import COMPUTE_MODES, ROUNDING_MODES
+from qnnx.passes.lower import lower
+
+MODES = [(r, c) for r in ROUNDING_MODES for c in COMPUTE_MODES]
+
+
+def _model(op_type, feeds, consts, order, attrs, out_type=None):
+    """A one-node graph: ``feeds`` become graph inputs, ``consts`` initializers, in ``order``."""
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for n, a in feeds.items()]
+    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in consts.items()]
+    node = helper.make_node(op_type, order, ["y"], domain="qnnx", name="n0", **attrs)
+    out = helper.make_tensor_value_info("y", out_type, None) if out_type else helper.make_empty_tensor_value_info("y")
+    g = helper.make_graph([node], "g", inputs, [out], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("qnnx", 1)],
+                             ir_version=10)
+
+
+def _compare(model, feeds):
+    expected = qnnx.ReferenceEvaluator(model).run(None, feeds)[0]
+    lowered = qnnx.ir.to_proto(lower(model))
+    assert not any(n.domain == "qnnx" for n in lowered.graph.node)
+    sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, feeds)[0]
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    mism = np.flatnonzero(got.astype(np.float64) != expected.astype(np.float64))
+    assert mism.size == 0, f"{mism.size} mismatches, first at {mism[:5]}: got {got.ravel()[mism[:5]]}, " \
+                           f"expected {expected.ravel()[mism[:5]]}"
+    return expected
+
+
+def _rand_int(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype)
+
+
+def _scales(rng, n, lo=-4, hi=1):
+    return (10.0 ** rng.uniform(lo, hi, size=n)).astype(np.float32)
+
+
+def _zps(rng, dtype, n):
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -100), min(int(info.max), 200) + 1, size=n).astype(np.int32)
+
+
+@pytest.mark.parametrize("rounding,compute", MODES)
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.int32, "int8"), (np.int32, "uint8"), (np.int8, "int16"),
+                                                (np.uint8, "int8"), (np.int16, "int32")])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_requantize(rounding, compute, in_dtype, out_dtype, per_axis):
+    rng = np.random.default_rng(hash((rounding, compute, str(in_dtype), out_dtype, per_axis)) % 2**32)
+    x = _rand_int(rng, in_dtype, (2, 5, 7))
+    if in_dtype == np.int32:
+        x = (x // rng.integers(1, 1 << 16, size=x.shape)).astype(np.int32)
+    n = 5 if per_axis else 1
+    out_np = np.dtype(out_dtype).type
+    consts = dict(si=_scales(rng, n, -6, 0), zi=_zps(rng, in_dtype, n) if in_dtype != np.int32 else
+                  np.zeros(n, np.int32), so=_scales(rng, n, -3, 0), zo=_zps(rng, out_np, n))
+    if not per_axis:
+        consts = {k: v.reshape(()) for k, v in consts.items()}
+    m = _model("requantize", {"x": x}, consts, ["x", "si", "zi", "so", "zo"],
+               dict(axis=1, out_dtype=out_dtype, rounding=rounding, compute=compute))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("out_dtype", ["int8", "uint8", "int16", "uint16"])
+@pytest.mark.parametrize("simulated", [False, True])
+def test_quantize(rounding, out_dtype, simulated):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 4, 6)) * 10).astype(np.float32)
+    x.ravel()[:8] = [0.5, -0.5, 1.5, -2.5, 0.0, 1e30, -1e30, np.nan]
+    s, z = _scales(rng, 4, -2, 0), _zps(rng, np.dtype(out_dtype).type, 4)
+    s[0] = 1.0
+    op = "simulated_quantize" if simulated else "quantize"
+    m = _model(op, {"x": x}, dict(s=s, z=z), ["x", "s", "z"], dict(axis=1, out_dtype=out_dtype, rounding=rounding))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+@pytest.mark.parametrize("simulated", [False, True])
+def test_dequantize(dtype, simulated):
+    rng = np.random.default_rng(3)
+    q = _rand_int(rng, dtype, (2, 3, 5))
+    s, z = _scales(rng, 3), _zps(rng, dtype, 3)
+    feed = q.astype(np.float32) if simulated else q
+    m = _model("simulated_dequantize" if simulated else "dequantize", {"x": feed}, dict(s=s, z=z), ["x", "s", "z"],
+               dict(axis=1))
+    _compare(m, {"x": feed})
+
+
+CONV_CASES = [
+    dict(x=(1, 4, 9, 9), w=(6, 4, 3, 3), attrs=dict(pads=[1, 1, 1, 1])),
+    dict(x=(2, 4, 8, 7), w=(4, 1, 3, 3), attrs=dict(group=4, strides=[2, 2], pads=[1, 0, 1, 2])),  # depthwise
+    dict(x=(1, 6, 10, 10), w=(4, 3, 3, 2), attrs=dict(group=2, dilations=[2, 1], auto_pad="SAME_UPPER")),
+    dict(x=(1, 3, 20), w=(5, 3, 4), attrs=dict(strides=[3], pads=[2, 1])),  # 1-D
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+@pytest.mark.parametrize("xdtype,wdtype", [(np.uint8, np.int8), (np.int8, np.int8), (np.int16, np.int8),
+                                           (np.uint16, np.uint8)])
+@pytest.mark.parametrize("per_channel_wz", [False, True])
+def test_conv(case, xdtype, wdtype, per_channel_wz):
+    c = CONV_CASES[case]
+    rng = np.random.default_rng(case * 31 + len(str(xdtype)))
+    x = _rand_int(rng, xdtype, c["x"])
+    w = _rand_int(rng, wdtype, c["w"])
+    m_out = c["w"][0]
+    wz = _zps(rng, wdtype, m_out) if per_channel_wz else np.array(_zps(rng, wdtype, 1)[0])
+    consts = dict(w=w, xs=np.float32(0.02), xz=np.int32(_zps(rng, xdtype, 1)[0]), ws=_scales(rng, m_out), wz=wz,
+                  bias=rng.integers(-5000, 5000, m_out).astype(np.int32))
+    m = _model("conv", {"x": x}, consts, ["x", "w", "xs", "xz", "ws", "wz", "bias"], c["attrs"])
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("adtype,bdtype", [(np.uint8, np.int8), (np.int8, np.int8), (np.int16, np.int8),
+                                           (np.uint8, np.uint8)])
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 7), (7, 3)), ((2, 4, 6), (6, 5)), ((3, 2, 4), (3, 4, 2))])
+@pytest.mark.parametrize("per_row_a", [False, True])
+def test_matmul(adtype, bdtype, a_shape, b_shape, per_row_a):
+    rng = np.random.default_rng(11)
+    a, bm = _rand_int(rng, adtype, a_shape), _rand_int(rng, bdtype, b_shape)
+    rows, cols = a_shape[-2], b_shape[-1]
+    az = _zps(rng, adtype, rows) if per_row_a else np.int32(_zps(rng, adtype, 1)[0])
+    consts = dict(sa=np.float32(0.1), az=az, b=bm, sb=_scales(rng, cols), bz=_zps(rng, bdtype, cols))
+    m = _model("matmul", {"a": a}, consts, ["a", "sa", "az", "b", "sb", "bz"], {})
+    _compare(m, {"a": a})
+
+
+@pytest.mark.parametrize("rounding,compute", MODES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("per_axis", [False, True])
+@pytest.mark.parametrize("dtypes", [(np.int8, np.int8, "int8"), (np.uint8, np.int8, "uint8"),
+                                    (np.int16, np.int16, "int16")])
+def test_binary(rounding, compute, op, per_axis, dtypes):
+    rng = np.random.default_rng(5)
+    da, db, dy = dtypes
+    a, bb = _rand_int(rng, da, (2, 4, 3, 3)), _rand_int(rng, db, (4, 1, 3))
+    n = 4 if per_axis else 1
+
+    def qp(dt, k):
+        s, z = _scales(rng, n, -3, -1), _zps(rng, dt, n)
+        if dt == np.int16:
+            z[:] = 0  # 16-bit activations are symmetric in practice (and keep products in int32)
+        return (s, z) if per_axis else (s.reshape(()), z.reshape(()))
+
+    (sa, za), (sb, zb), (sy, zy) = qp(da, 0), qp(db, 1), qp(np.dtype(dy).type, 2)
+    consts = dict(sa=sa, za=za, sb=sb, zb=zb, sy=sy, zy=zy)
+    m = _model(op, {"a": a, "b": bb}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+               dict(axis=1, out_dtype=dy, rounding=rounding, compute=compute))
+    _compare(m, {"a": a, "b": bb})
+
+
+@pytest.mark.parametrize("rounding,compute", MODES)
+@pytest.mark.parametrize("along_concat_axis", [False, True])
+def test_concat(rounding, compute, along_concat_axis):
+    rng = np.random.default_rng(9)
+    x0, x1 = _rand_int(rng, np.int8, (1, 3, 4, 4)), _rand_int(rng, np.uint8, (1, 2, 4, 4))
+    consts = dict(s0=_scales(rng, 3 if along_concat_axis else 1).reshape(-1), z0=_zps(rng, np.int8, 1),
+                  s1=np.float32(0.03), z1=np.int32(128),
+                  ys=_scales(rng, 5 if along_concat_axis else 1).reshape(-1), yz=np.int32(3))
+    m = _model("concat", {"x0": x0, "x1": x1}, consts, ["ys", "yz", "x0", "s0", "z0", "x1", "s1", "z1"],
+               dict(axis=1, quant_axis=1, out_dtype="int8", rounding=rounding, compute=compute))
+    _compare(m, {"x0": x0, "x1": x1})
+
+
+@pytest.mark.parametrize("rounding,compute", MODES)
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+                                   dict(kernel_shape=[2, 2], strides=[2, 2])])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_avg_pool(rounding, compute, attrs, dtype):
+    rng = np.random.default_rng(13)
+    x = _rand_int(rng, dtype, (1, 3, 7, 8))
+    consts = dict(xs=_scales(rng, 3), xz=_zps(rng, dtype, 3) if dtype != np.int16 else np.zeros(3, np.int32),
+                  ys=np.float32(0.05), yz=np.int32(_zps(rng, dtype, 1)[0]))
+    m = _model("avg_pool", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(rounding=rounding, compute=compute, **attrs))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("rounding,compute", MODES)
+def test_global_avg_pool(rounding, compute):
+    rng = np.random.default_rng(17)
+    x = _rand_int(rng, np.int8, (2, 4, 5, 6))
+    consts = dict(xs=_scales(rng, 4), xz=_zps(rng, np.int8, 4), ys=_scales(rng, 4), yz=_zps(rng, np.int8, 4))
+    m = _model("global_avg_pool", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(rounding=rounding, compute=compute))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("xdtype,tdtype", [(np.int8, np.int8), (np.uint8, np.uint8), (np.int8, np.uint8)])
+def test_lut(xdtype, tdtype):
+    rng = np.random.default_rng(19)
+    x = _rand_int(rng, xdtype, (3, 50))
+    table = _rand_int(rng, tdtype, (256,))
+    m = _model("lut", {"x": x}, dict(table=table), ["x", "table"], {})
+    _compare(m, {"x": x})
+
+
+def test_every_registered_op_has_a_lowering_rule():
+    from qnnx.dialect import REGISTRY
+    from qnnx.passes.lower import LOWER_RULES
+
+    assert set(REGISTRY) == set(LOWER_RULES)
+
+
+def test_dynamic_scale_requantize_is_refused_with_the_node_name():
+    g = helper.make_graph(
+        [helper.make_node("requantize", ["x", "si", "zi", "so", "zo"], ["y"], domain="qnnx", name="rq7",
+                          out_dtype="int8")], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.INT32, [4]),
+         helper.make_tensor_value_info("si", onnx.TensorProto.FLOAT, [])],
+        [helper.make_empty_tensor_value_info("y")],
+        [onnx.numpy_helper.from_array(np.int32(0), "zi"), onnx.numpy_helper.from_array(np.float32(1), "so"),
+         onnx.numpy_helper.from_array(np.int32(0), "zo")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("qnnx", 1)])
+    with pytest.raises(qnnx.QnnxError, match=r"rq7.*input_scale must be a constant"):
+        lower(m)
