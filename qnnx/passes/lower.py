@@ -116,7 +116,7 @@ def _scale_input(b: Builder, node: ir.Node, i: int, rank: int | None, axis: int,
     """The scale as a broadcastable float value: a reshaped/expanded constant, or a per-tensor run-time value."""
     arr = const_array(node.inputs[i])
     if arr is None:
-        return node.inputs[i]  # run-time per-tensor scale (e.g. DynamicQuantizeLinear)
+        return _runtime_along(b, node.inputs[i], rank, axis, block_size, "scale")
     numerics.check_scale(arr)
     if block_size:
         if x.shape is None or not all(isinstance(d, int) for d in x.shape):
@@ -126,10 +126,25 @@ def _scale_input(b: Builder, node: ir.Node, i: int, rank: int | None, axis: int,
     return b.const(_along(arr, rank, axis, "scale"), "scale")
 
 
-def _zero_point_param(node: ir.Node, i: int, rank, axis, block_size, x: ir.Value) -> np.ndarray | ir.Value:
+def _runtime_along(b: Builder, v: ir.Value, rank: int | None, axis: int, block_size: int, what: str) -> ir.Value:
+    """A qparam computed at run time, reshaped so a per-axis vector broadcasts on ``axis``."""
+    if block_size:
+        raise QnnxError(f"blocked {what} must be a constant to lower")
+    per_tensor = v.shape is not None and (len(v.shape) == 0 or tuple(v.shape) == (1,))
+    if rank is None or not -rank <= axis < rank or per_tensor:
+        return v  # per-tensor (an axis that cannot exist means the qparam is a scalar)
+    dims = [1] * rank
+    dims[numerics.normalize_axis(axis, rank)] = -1
+    out = b.op("Reshape", [v, la.i64(b, dims, f"{what}_shape")], hint=f"{what}_along_axis")
+    out.type = v.type
+    return out
+
+
+def _zero_point_param(b: Builder, node: ir.Node, i: int, rank, axis, block_size,
+                      x: ir.Value) -> np.ndarray | ir.Value:
     arr = const_array(node.inputs[i])
     if arr is None:
-        return node.inputs[i]
+        return _runtime_along(b, node.inputs[i], rank, axis, block_size, "zero_point")
     arr = np.asarray(arr).astype(np.int64)
     if block_size:
         return numerics.broadcast_param(arr, tuple(x.shape), axis, block_size)
@@ -154,7 +169,7 @@ def _quantize_to_i64(b: Builder, node: ir.Node, a: dict) -> tuple[ir.Value, obje
         v = la.to_f32(b, v)  # exact: an integral float16 is representable in float32
     v = b.op("Where", [b.op("IsNaN", [v]), la.f32(b, 0.0, "zero_f"), v], hint="nan_to_zero")
     r = la.float_to_i64(b, v)
-    zp = _zero_point_param(node, 2, rank, a["axis"], a["block_size"], node.inputs[0])
+    zp = _zero_point_param(b, node, 2, rank, a["axis"], a["block_size"], node.inputs[0])
     if isinstance(zp, ir.Value):
         r = b.op("Add", [r, la.to_i64(b, zp)], hint="plus_zp")
     elif np.any(zp):
@@ -179,7 +194,7 @@ def _dequantize_common(node, a, b, *, simulated: bool) -> list[ir.Value]:
     x = node.inputs[0]
     rank = _rank_if_needed(node, x)
     scale = _scale_input(b, node, 1, rank, a["axis"], a["block_size"], x)
-    zp = _zero_point_param(node, 2, rank, a["axis"], a["block_size"], x)
+    zp = _zero_point_param(b, node, 2, rank, a["axis"], a["block_size"], x)
     if simulated:
         zf = la.to_f32(b, zp) if isinstance(zp, ir.Value) else la.f32(b, zp, "zero_point")
         return [b.op("Mul", [b.op("Sub", [la.to_f32(b, x), zf]), la.to_f32(b, scale)], hint="dequantized")]
