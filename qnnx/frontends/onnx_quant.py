@@ -80,6 +80,13 @@ def _int_name(dtype: ir.DataType | None) -> str | None:
     return int_type(dtype).name if dtype is not None and is_int_type(dtype) else None
 
 
+def _accumulator_like(acc: ir.Value, out: ir.Value) -> ir.Value:
+    """The int32 accumulator has the op output's shape: record it for later passes."""
+    acc.type = ir.TensorType(ir.DataType.INT32)
+    acc.shape = out.shape
+    return acc
+
+
 def _product(b: Builder, s1: ir.Value, s2: ir.Value, hint: str) -> ir.Value:
     """``s1 * s2`` in float32, folded when both are constants (same arithmetic either way)."""
     a1, a2 = const_array(s1), const_array(s2)
@@ -138,6 +145,7 @@ def _qlinear_conv(node: ir.Node, b: Builder):
     attrs = {k: _attr(node, k) for k in ("auto_pad", "kernel_shape", "pads", "strides", "dilations", "group")}
     acc = b.op("conv", [x, w, sx, _int32_zero_point(b, zx, "x_zero_point"), sw,
                         _int32_zero_point(b, zw, "w_zero_point"), bias], domain=DOMAIN, **attrs)
+    _accumulator_like(acc, node.outputs[0])
     y = b.op("requantize", [acc, _product(b, sx, sw, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
                             _int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=1,
              out_dtype=_output_dtype(node, zy, x), rounding="half_even", compute="float")
@@ -149,6 +157,7 @@ def _qlinear_matmul(node: ir.Node, b: Builder):
     a, sa, za, bb, sb, zb, sy, zy = (_input(node, i) for i in range(8))
     acc = b.op("matmul", [a, sa, _int32_zero_point(b, za, "a_zero_point"), bb, sb,
                           _int32_zero_point(b, zb, "b_zero_point")], domain=DOMAIN)
+    _accumulator_like(acc, node.outputs[0])
     y = b.op("requantize", [acc, _product(b, sa, sb, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
                             _int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=-1,
              out_dtype=_output_dtype(node, zy, a), rounding="half_even", compute="float")

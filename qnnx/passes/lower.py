@@ -56,7 +56,10 @@ def _const(node: ir.Node, i: int, what: str) -> np.ndarray:
     return np.asarray(arr)
 
 
-def _rank(v: ir.Value, what: str) -> int:
+def _rank(v: ir.Value, what: str, like: ir.Value | None = None) -> int:
+    """Rank of ``v`` (or of ``like``, a value known to have the same rank)."""
+    if v.shape is None and like is not None and like.shape is not None:
+        return len(like.shape)
     if v.shape is None:
         raise QnnxError(f"the rank of {what} is unknown; per-axis qparams need it (run shape inference)")
     return len(v.shape)
@@ -225,7 +228,7 @@ def _requantize(node, a, b):
     si, zi, so, zo = (_const(node, i, n) for i, n in
                       ((1, "input_scale"), (2, "input_zero_point"), (3, "output_scale"), (4, "output_zero_point")))
     per_axis = max(p.size for p in (si, zi, so, zo)) > 1
-    rank = _rank(x, "x") if per_axis else None
+    rank = _rank(x, "x", like=node.outputs[0]) if per_axis else None
     return [_requantize_value(b, x, _dtype(x, "x"), si, zi, so, zo, int_type(a["out_dtype"]), rank=rank,
                               axis=a["axis"], rounding=a["rounding"], compute=a["compute"])]
 
