@@ -43,6 +43,7 @@ Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
 
+MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
@@ -196,8 +197,9 @@ def quantize_multiplier(real) -> tuple[np.ndarray, np.ndarray]:
     return m, shift
 
 
-def _saturate_int32(x: np.ndarray) -> np.ndarray:
-    return np.clip(x, INT32_MIN, INT32_MAX)
+def saturate_acc(x: np.ndarray, acc_bits: int) -> np.ndarray:
+    """Clamp to a signed ``acc_bits``-bit accumulator (32, or 33 for products of two 16-bit values)."""
+    return np.clip(x, -(1 << (acc_bits - 1)), (1 << (acc_bits - 1)) - 1)
 
 
 def _srdhm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -219,21 +221,21 @@ def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
-                                     rounding: str) -> np.ndarray:
-    """``round(x * M * 2**(shift-31))`` for int32-range ``x``.
+                                     rounding: str, acc_bits: int = 32) -> np.ndarray:
+    """``round(x * M * 2**(shift-31))`` for ``x`` in a signed ``acc_bits``-bit accumulator.
 
-    ``tflite``: TFLite's MultiplyByQuantizedMultiplier (left shift saturates in
-    int32 instead of overflowing). Other modes: the exact int64 product rounded
-    once by ``rounding``.
+    ``tflite``: TFLite's MultiplyByQuantizedMultiplier (the left shift saturates
+    in the accumulator instead of overflowing). Other modes: the exact int64
+    product rounded once by ``rounding``. ``acc_bits <= 33`` keeps every product
+    below 2**63.
     """
-    x = _saturate_int32(np.asarray(x, dtype=np.int64))
+    x = saturate_acc(np.asarray(x, dtype=np.int64), acc_bits)
     multiplier = np.asarray(multiplier, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
     if rounding == "tflite":
         left = np.maximum(shift, 0)
         right = np.maximum(-shift, 0)
-        return _rounding_divide_by_pot(_srdhm(_saturate_int32(x << left), multiplier), right)
-    # |x| <= 2**31 and M < 2**31 keep the product below 2**62: no int64 overflow.
+        return _rounding_divide_by_pot(_srdhm(saturate_acc(x << left, acc_bits), multiplier), right)
     return rounding_right_shift(x * multiplier, 31 - shift, rounding)
 
 
@@ -246,20 +248,21 @@ def requantize_multiplier(input_scale, output_scale) -> np.ndarray:
     return np.asarray(input_scale, np.float64) / np.asarray(output_scale, np.float64)
 
 
-def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str) -> np.ndarray:
+def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str, acc_bits: int = 32) -> np.ndarray:
     """``round(x * multiplier)`` for int64 ``x`` (int32 range) and a positive float64 ``multiplier``.
 
     The shared core of requantize, add, mul, pooling and concat; the multiplier
-    broadcasts against ``x`` (per-axis, or even per-element).
+    broadcasts against ``x`` (per-axis, or even per-element). ``x`` saturates to
+    a signed ``acc_bits``-bit accumulator first (32 everywhere but mul).
     """
     check_rounding(rounding)
     check_compute(compute)
-    x = _saturate_int32(np.asarray(x, dtype=np.int64))
+    x = saturate_acc(np.asarray(x, dtype=np.int64), acc_bits)
     if compute == "float":
         v = x.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
         return _float_to_int64(round_float(v, rounding))
     m, shift = quantize_multiplier(multiplier)
-    return multiply_by_quantized_multiplier(x, m, shift, rounding)
+    return multiply_by_quantized_multiplier(x, m, shift, rounding, acc_bits)
 
 
 def _float_to_int64(r: np.ndarray) -> np.ndarray:
@@ -413,8 +416,13 @@ def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
 
 def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis: int = -1,
         out_dtype: str = "int8", rounding: str = "tflite", compute: str = "fixed_point") -> np.ndarray:
-    """Quantized ``a * b``: the int32 product ``a' * b'`` requantized by ``sa * sb / sy`` (TFLite's MUL)."""
+    """Quantized ``a * b``: the product ``a' * b'`` requantized by ``sa * sb / sy`` (TFLite's MUL).
+
+    The product is exact in a 33-bit accumulator (two centered 16-bit operands
+    need it; for 8-bit operands this is TFLite's int32 arithmetic unchanged).
+    """
     o, _, _, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                                    y_zero_point, axis, out_dtype)
-    r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute)
+    r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute,
+                        acc_bits=MUL_ACC_BITS)
     return saturate(r + o["zy"], ty)

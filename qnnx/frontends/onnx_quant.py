@@ -72,6 +72,9 @@ def _dtype_of(value: ir.Value | None) -> ir.DataType | None:
         return None
     if value.dtype is not None:
         return value.dtype
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Cast" and producer.domain == "":
+        return ir.DataType(producer.attributes["to"].value)
     arr = const_array(value)
     return ir.tensor(arr).dtype if arr is not None else None
 

@@ -402,7 +402,7 @@ def _mul(node, a, b):
     cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
     mult = p["a_scale"].astype(np.float64) * p["b_scale"].astype(np.float64) / p["y_scale"].astype(np.float64)
     r = la.scale_and_round(b, b.op("Mul", [ca, cb], hint="product"), mult, rounding=a["rounding"],
-                           compute=a["compute"])
+                           compute=a["compute"], acc_bits=numerics.MUL_ACC_BITS)
     return [_add_zero_point_and_cast(b, r, p["y_zero_point"].astype(np.int64), ty)]
 
 

@@ -56,6 +56,10 @@ def saturate_int32(b: Builder, x: ir.Value) -> ir.Value:
     return clamp_i64(b, x, numerics.INT32_MIN, numerics.INT32_MAX, "sat_int32")
 
 
+def saturate_acc(b: Builder, x: ir.Value, acc_bits: int) -> ir.Value:
+    return clamp_i64(b, x, -(1 << (acc_bits - 1)), (1 << (acc_bits - 1)) - 1, f"sat_int{acc_bits}")
+
+
 def saturate_cast(b: Builder, x: ir.Value, dtype: IntType) -> ir.Value:
     """int64 -> ``dtype`` with clipping to its range (numerics.saturate)."""
     y = clamp_i64(b, x, dtype.qmin, dtype.qmax, f"sat_{dtype.name}")
@@ -137,11 +141,12 @@ def _rounding_divide_by_pot(b: Builder, x: ir.Value, exponent: np.ndarray) -> ir
     return b.op("Add", [floor, bool_to_i64(b, b.op("Greater", [rem, threshold]))], hint="rdbpot")
 
 
-def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray, *, rounding: str, compute: str) -> ir.Value:
+def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray, *, rounding: str, compute: str,
+                    acc_bits: int = 32) -> ir.Value:
     """numerics.scale_and_round: int64 ``x`` times a constant real multiplier (broadcast-shaped), rounded."""
     numerics.check_rounding(rounding)
     numerics.check_compute(compute)
-    x = saturate_int32(b, x)
+    x = saturate_acc(b, x, acc_bits)
     if compute == "float":
         v = b.op("Mul", [to_f32(b, x), f32(b, np.asarray(multiplier).astype(np.float32), "multiplier")],
                  hint="scaled")
@@ -150,7 +155,7 @@ def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray, *, rounding
     if rounding == "tflite":
         left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
         if left.any():
-            x = saturate_int32(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]))
+            x = saturate_acc(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]), acc_bits)
         return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
     return rounding_right_shift(b, b.op("Mul", [x, i64(b, m, "q31_multiplier")], hint="product"), 31 - shift,
                                 rounding)

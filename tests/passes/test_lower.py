@@ -146,7 +146,7 @@ def test_matmul(adtype, bdtype, a_shape, b_shape, per_row_a):
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
 @pytest.mark.parametrize("per_axis", [False, True])
 @pytest.mark.parametrize("dtypes", [(np.int8, np.int8, "int8"), (np.uint8, np.int8, "uint8"),
-                                    (np.int16, np.int16, "int16")])
+                                    (np.int16, np.int16, "int16"), (np.uint16, np.uint16, "uint16")])
 def test_binary(rounding, compute, op, per_axis, dtypes):
     rng = np.random.default_rng(5)
     da, db, dy = dtypes

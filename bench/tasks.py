@@ -1,0 +1,357 @@
+"""Real-model benchmark tasks: seeded data with ground truth, exact shipping
+pre/post-processing, and accuracy / fp32-agreement metrics.
+
+Models (all shipped in installed pip packages, nothing is downloaded):
+
+* ``ppocr_rec``  PP-OCRv4 recognizer (rapidocr_onnxruntime).  Data: rendered
+  text-line crops (digits, Latin letters, ASCII punctuation; DejaVu
+  Sans/Serif/Mono, regular/bold/oblique, 20-43 px, blur/noise/contrast).
+  No CJK font is installed, so no Chinese characters are rendered.
+  Metric: character accuracy ``1 - edit_distance/len(truth)`` (clipped at 0)
+  after rapidocr's greedy CTC decode; spaces are ignored on both sides, as in
+  PaddleOCR's ``RecMetric(ignore_space=True)``, because the model's space
+  output is unreliable and not what quantization should be judged on.
+* ``ppocr_cls``  text direction classifier (0 / 180 degrees).  Data: same
+  crops, every odd sample rotated by 180 degrees.  Metric: accuracy.
+* ``ppocr_det``  PP-OCRv4 DB text detector.  Data: 640x640 pages with 3-8
+  text lines at random places, ground truth = glyph bounding boxes.  Metric:
+  box recall/precision/hmean at IoU >= 0.5 after rapidocr's DBPostProcess.
+  Agreement adds the IoU of the binarised (> 0.3) probability maps.
+* ``yolov8n``    nudenet's 320n YOLOv8n.  **The data are synthetic** (gradient
+  and texture backgrounds, clutter, crude skin-toned figures): no images of
+  people ship in any installed package (checked: opencv-python only ships
+  Haar XMLs; scikit-image/matplotlib are not installed; scipy.datasets needs
+  a download).  There is therefore no ground truth; ``evaluation`` returns
+  the fp32 model's own detections as pseudo-labels, so ``score`` measures
+  agreement with fp32 (fp32 scores 1.0 by construction).
+
+Pre/post-processing is not re-implemented where avoidable: we call the
+packages' own code (rapidocr's ``resize_norm_img`` methods, ``DetPreProcess``,
+``DBPostProcess``, ``CTCLabelDecode``, ``ClsPostProcess``, and nudenet's
+``_read_image``/``_postprocess``) with the values from rapidocr's
+``config.yaml``, so the tensors are bit-identical to what the packages feed.
+
+Every sample is drawn from its own ``SeedSequence([task, split, seed, i])``,
+so calibration (split 0) and evaluation (split 1) never share a sample even
+for equal seeds, and ``evaluation(n)`` is a prefix of ``evaluation(n + k)``.
+
+``outputs_list`` arguments are per-sample lists of output arrays, i.e. what
+``InferenceSession.run(None, feeds)`` returns (see ``run_model``).
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import nudenet
+import rapidocr_onnxruntime
+from nudenet.nudenet import _postprocess as nude_postprocess
+from nudenet.nudenet import _read_image as nude_read_image
+from rapidocr_onnxruntime.ch_ppocr_cls.text_cls import TextClassifier
+from rapidocr_onnxruntime.ch_ppocr_cls.utils import ClsPostProcess
+from rapidocr_onnxruntime.ch_ppocr_det.text_detect import TextDetector
+from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess, DetPreProcess
+from rapidocr_onnxruntime.ch_ppocr_rec.text_recognize import TextRecognizer
+from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
+from rapidocr_onnxruntime.utils import read_yaml
+
+try:
+    from . import render
+except ImportError:  # run as a plain script directory
+    import render
+
+RAPID_DIR = Path(rapidocr_onnxruntime.__file__).parent
+NUDE_DIR = Path(nudenet.__file__).parent
+RAPID_CFG = read_yaml(RAPID_DIR / "config.yaml")
+
+Outputs = Sequence[np.ndarray]
+
+
+# --------------------------------------------------------------------------- helpers
+def run_model(model: str | Path | ort.InferenceSession, feeds_list, threads: int = 1) -> list[list[np.ndarray]]:
+    """Run every feed through ORT (CPU, ``threads`` intra-op threads)."""
+    sess = model if isinstance(model, ort.InferenceSession) else make_session(model, threads)
+    return [sess.run(None, f) for f in feeds_list]
+
+
+def make_session(model: str | Path, threads: int = 1) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+
+
+def levenshtein(a: Sequence, b: Sequence) -> int:
+    """Plain O(len(a)*len(b)) edit distance (insert/delete/substitute = 1)."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def char_accuracy(pred: str, truth: str) -> float:
+    pred, truth = pred.replace(" ", ""), truth.replace(" ", "")
+    if not truth:
+        return float(pred == truth)
+    return max(0.0, 1.0 - levenshtein(pred, truth) / len(truth))
+
+
+def box_iou(a, b) -> float:
+    """IoU of two axis-aligned boxes (x0, y0, x1, y1)."""
+    iw = min(a[2], b[2]) - max(a[0], b[0])
+    ih = min(a[3], b[3]) - max(a[1], b[1])
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def match_boxes(truth: list, pred: list, thr: float = 0.5, same=lambda t, p: True) -> int:
+    """Greedy one-to-one matching (highest IoU first); returns #matches."""
+    pairs = sorted(((box_iou(t[0], p[0]), i, j) for i, t in enumerate(truth)
+                    for j, p in enumerate(pred) if same(t, p)), reverse=True)
+    used_t, used_p, m = set(), set(), 0
+    for iou, i, j in pairs:
+        if iou < thr:
+            break
+        if i not in used_t and j not in used_p:
+            used_t.add(i), used_p.add(j)
+            m += 1
+    return m
+
+
+def prf(n_match: int, n_truth: int, n_pred: int) -> dict[str, float]:
+    r = n_match / n_truth if n_truth else 1.0
+    p = n_match / n_pred if n_pred else 1.0
+    return {"recall": r, "precision": p, "hmean": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def raw_agreement(ref: list[Outputs], out: list[Outputs]) -> dict[str, float]:
+    """Cosine similarity (mean over samples, all outputs flattened), max and
+    mean abs error over all raw output values."""
+    cos, mx, ae, cnt = [], 0.0, 0.0, 0
+    for r, o in zip(ref, out):
+        r = np.concatenate([np.asarray(x, np.float64).ravel() for x in r])
+        o = np.concatenate([np.asarray(x, np.float64).ravel() for x in o])
+        d = np.abs(r - o)
+        mx, ae, cnt = max(mx, float(d.max())), ae + float(d.sum()), cnt + d.size
+        cos.append(float(r @ o / (np.linalg.norm(r) * np.linalg.norm(o) + 1e-12)))
+    return {"cosine": float(np.mean(cos)), "max_abs": mx, "mean_abs": ae / max(cnt, 1)}
+
+
+# --------------------------------------------------------------------------- base
+@dataclass(frozen=True)
+class Task:
+    """A model plus a seeded data generator and metrics.  Subclasses
+    implement ``_sample`` (one (feeds, truth) pair from a Generator),
+    ``score`` and ``_agreement`` (task-level fp32-vs-quantized agreement)."""
+    name: str
+    model_path: Path
+    input_name: str = "x"
+
+    def _rng(self, split: int, seed: int, i: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence([zlib.crc32(self.name.encode()), split, seed, i]))
+
+    def calibration(self, n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+        return [self._sample(self._rng(0, seed, i), i)[0] for i in range(n)]
+
+    def evaluation(self, n: int, seed: int = 1) -> list[tuple[dict[str, np.ndarray], Any]]:
+        return [self._sample(self._rng(1, seed, i), i) for i in range(n)]
+
+    def agreement(self, ref_outputs_list, outputs_list) -> dict[str, float]:
+        return {**self._agreement(ref_outputs_list, outputs_list), **raw_agreement(ref_outputs_list, outputs_list)}
+
+    # to implement
+    def _sample(self, rng: np.random.Generator, i: int):
+        raise NotImplementedError
+
+    def score(self, outputs_list, truths) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _agreement(self, ref, out) -> dict[str, float]:
+        return {}
+
+
+# --------------------------------------------------------------------------- OCR recognizer
+@lru_cache(maxsize=None)
+def _rec_ops(model_path: Path):
+    """A TextRecognizer without its session: only its preprocessing method and
+    the CTC decoder built from the charset in the model's metadata, exactly as
+    rapidocr's OrtInferSession.get_character_list does (``splitlines``)."""
+    meta = {p.key: p.value for p in onnx.load(str(model_path), load_external_data=False).metadata_props}
+    rec = TextRecognizer.__new__(TextRecognizer)
+    rec.rec_image_shape = RAPID_CFG["Rec"]["rec_img_shape"]
+    rec.postprocess_op = CTCLabelDecode(character=meta["character"].splitlines())
+    return rec
+
+
+@dataclass(frozen=True)
+class RecTask(Task):
+    """Text lines are rendered with width/height <= 320/48, so rapidocr's
+    per-batch width ``int(48 * max(320/48, w/h))`` is always 320 and every
+    sample has the fixed shape 1x3x48x320 (text left-aligned, zero padded)."""
+
+    def preprocess(self, img_bgr: np.ndarray) -> np.ndarray:
+        rec = _rec_ops(self.model_path)
+        _, h, w = rec.rec_image_shape
+        h0, w0 = img_bgr.shape[:2]
+        max_wh_ratio = max(w / h, w0 / h0)  # TextRecognizer.__call__ for a batch of one
+        return rec.resize_norm_img(img_bgr, max_wh_ratio)[None].astype(np.float32)
+
+    def _sample(self, rng, i):
+        _, h, w = RAPID_CFG["Rec"]["rec_img_shape"]
+        img, text = render.text_line(rng, max_aspect=w / h)
+        return {self.input_name: self.preprocess(img)}, text
+
+    def decode(self, outputs: Outputs) -> str:
+        return _rec_ops(self.model_path).postprocess_op(outputs[0])[0][0]
+
+    def score(self, outputs_list, truths):
+        preds = [self.decode(o) for o in outputs_list]
+        return {"char_acc": float(np.mean([char_accuracy(p, t) for p, t in zip(preds, truths)])),
+                "line_acc": float(np.mean([p.replace(" ", "") == t.replace(" ", "") for p, t in zip(preds, truths)]))}
+
+    def _agreement(self, ref, out):
+        r = [self.decode(o) for o in ref]
+        q = [self.decode(o) for o in out]
+        return {"text_equal": float(np.mean([a == b for a, b in zip(r, q)])),
+                "char_acc_vs_fp32": float(np.mean([char_accuracy(b, a) for a, b in zip(r, q)]))}
+
+
+# --------------------------------------------------------------------------- OCR direction classifier
+@dataclass(frozen=True)
+class ClsTask(Task):
+    """Label 1 (= '180') for odd samples, whose crop is rotated by 180 degrees."""
+
+    def preprocess(self, img_bgr: np.ndarray) -> np.ndarray:
+        cls = TextClassifier.__new__(TextClassifier)
+        cls.cls_image_shape = RAPID_CFG["Cls"]["cls_image_shape"]
+        return cls.resize_norm_img(img_bgr)[None].astype(np.float32)
+
+    def _sample(self, rng, i):
+        img, _ = render.text_line(rng)
+        label = i % 2
+        if label:
+            img = cv2.rotate(img, cv2.ROTATE_180)
+        return {self.input_name: self.preprocess(img)}, label
+
+    @staticmethod
+    def labels(outputs_list) -> list[int]:
+        post = ClsPostProcess(RAPID_CFG["Cls"]["label_list"])
+        return [int(post(o[0])[0][0] == "180") for o in outputs_list]
+
+    def score(self, outputs_list, truths):
+        return {"accuracy": float(np.mean(np.array(self.labels(outputs_list)) == np.array(truths)))}
+
+    def _agreement(self, ref, out):
+        return {"label_equal": float(np.mean(np.array(self.labels(ref)) == np.array(self.labels(out))))}
+
+
+# --------------------------------------------------------------------------- OCR detector
+@dataclass(frozen=True)
+class DetTask(Task):
+    """640x640 pages; rapidocr (limit_type 'min', 736) resizes them to 736x736."""
+    page: tuple[int, int] = (640, 640)
+
+    def _ops(self):
+        c = RAPID_CFG["Det"]
+        pre = DetPreProcess(c["limit_side_len"], c["limit_type"], c["mean"], c["std"])
+        det = TextDetector.__new__(TextDetector)  # only for filter_tag_det_res
+        det.postprocess_op = DBPostProcess(thresh=c["thresh"], box_thresh=c["box_thresh"],
+                                           max_candidates=c["max_candidates"], unclip_ratio=c["unclip_ratio"],
+                                           use_dilation=c["use_dilation"], score_mode=c["score_mode"])
+        return pre, det
+
+    def _sample(self, rng, i):
+        img, boxes, _texts = render.text_page(rng, self.page)
+        return {self.input_name: self._ops()[0](img)}, boxes
+
+    def boxes(self, outputs: Outputs) -> list[tuple]:
+        """rapidocr's TextDetector.__call__ after inference -> axis-aligned boxes in page coordinates."""
+        _, det = self._ops()
+        shape = (self.page[1], self.page[0])
+        dt, _ = det.postprocess_op(outputs[0], shape)
+        dt = det.filter_tag_det_res(dt, shape)
+        return [(b[:, 0].min(), b[:, 1].min(), b[:, 0].max(), b[:, 1].max()) for b in dt]
+
+    @staticmethod
+    def _prf(truth_sets, pred_sets):
+        m = sum(match_boxes([(t,) for t in ts], [(p,) for p in ps]) for ts, ps in zip(truth_sets, pred_sets))
+        return prf(m, sum(map(len, truth_sets)), sum(map(len, pred_sets)))
+
+    def score(self, outputs_list, truths):
+        return self._prf(truths, [self.boxes(o) for o in outputs_list])
+
+    def _agreement(self, ref, out):
+        thr = RAPID_CFG["Det"]["thresh"]
+        ious = []
+        for r, o in zip(ref, out):
+            a, b = r[0] > thr, o[0] > thr
+            u = np.logical_or(a, b).sum()
+            ious.append(np.logical_and(a, b).sum() / u if u else 1.0)
+        boxes = self._prf([self.boxes(r) for r in ref], [self.boxes(o) for o in out])
+        return {"bin_iou": float(np.mean(ious)), **{f"box_{k}_vs_fp32": v for k, v in boxes.items()}}
+
+
+# --------------------------------------------------------------------------- YOLOv8n (nudenet)
+@dataclass(frozen=True)
+class YoloTask(Task):
+    """Synthetic 400x300 scenes; nudenet pads them to 400x400 and resizes to
+    320x320.  Truth = fp32 detections (pseudo-labels), see module docstring."""
+    input_name: str = "images"
+    scene: tuple[int, int] = (400, 300)
+    size: int = 320
+
+    def _sample(self, rng, i):
+        blob, *_ = nude_read_image(render.scene(rng, self.scene), self.size)
+        feeds = {self.input_name: blob.astype(np.float32)}
+        return feeds, self.detections(make_fp32_session(self.model_path).run(None, feeds))
+
+    def detections(self, outputs: Outputs) -> list[tuple]:
+        """nudenet's _postprocess (conf >= 0.2, NMS 0.25/0.45) -> [(xyxy, class, score)]."""
+        W, H = self.scene
+        mx = max(W, H)
+        dets = nude_postprocess([outputs[0]], mx - W, mx - H, mx / W, mx / H, W, H, self.size, self.size)
+        return [((x, y, x + w, y + h), d["class"], d["score"]) for d in dets for x, y, w, h in [d["box"]]]
+
+    def _match(self, truth_sets, pred_sets):
+        same = lambda t, p: t[1] == p[1]
+        m = sum(match_boxes(t, p, 0.5, same) for t, p in zip(truth_sets, pred_sets))
+        res = prf(m, sum(map(len, truth_sets)), sum(map(len, pred_sets)))
+        res["fp32_dets"] = float(sum(map(len, truth_sets)))
+        return res
+
+    def score(self, outputs_list, truths):
+        return self._match(truths, [self.detections(o) for o in outputs_list])
+
+    def _agreement(self, ref, out):
+        return {f"det_{k}_vs_fp32": v for k, v in
+                self._match([self.detections(r) for r in ref], [self.detections(o) for o in out]).items()}
+
+
+@lru_cache(maxsize=None)
+def make_fp32_session(model_path: Path) -> ort.InferenceSession:
+    return make_session(model_path, threads=1)
+
+
+MODELS = RAPID_DIR / "models"
+TASKS: dict[str, Task] = {
+    t.name: t for t in [
+        RecTask("ppocr_rec", MODELS / "ch_PP-OCRv4_rec_infer.onnx"),
+        DetTask("ppocr_det", MODELS / "ch_PP-OCRv4_det_infer.onnx"),
+        ClsTask("ppocr_cls", MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        YoloTask("yolov8n", NUDE_DIR / "320n.onnx"),
+    ]
+}
