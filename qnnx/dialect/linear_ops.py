@@ -100,10 +100,12 @@ def conv(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, auto_
             Input("a_zero_point", "zero point of a: int32 scalar or 1-D of M"),
             Input("b", "right operand ... x K x N"),
             Input("b_scale", "scale of b: scalar or 1-D of N (per column)"),
-            Input("b_zero_point", "zero point of b: int32 scalar or 1-D of N")),
+            Input("b_zero_point", "zero point of b: int32 scalar or 1-D of N"),
+            Input("bias", "int32 1-D of N added to every row, scale a_scale * b_scale, zero point 0",
+                  optional=True)),
     outputs=(Input("y", "int32 accumulator"),),
     types="a: int8/uint8/int16/uint16; b: int8/uint8/int4/uint4/int16; y: int32")
-def matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point):
+def matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias=None):
     ta = _typed(a, _ACT_TYPES, "a")
     tb = _typed(b, _WEIGHT_TYPES + ("int16",), "b")
     a, b = np.asarray(a), np.asarray(b)
@@ -124,6 +126,11 @@ def matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point):
     az = along(a_zero_point, ta, rows, "a_zero_point").reshape(-1, 1)
     bz = along(b_zero_point, tb, cols, "b_zero_point")
     acc = np.matmul(as_int64(a) - az, as_int64(b) - bz)
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.int32 or bias.shape != (cols,):
+            raise QnnxError(f"bias must be int32 of shape ({cols},), got {bias.dtype} {bias.shape}")
+        acc = acc + bias.astype(np.int64)
     return (_wrap_int32(acc),)
 
 

@@ -1,5 +1,7 @@
 """Frontends: models from other representations into qnnx's (onnx-ir + the qnnx dialect)."""
 
+from qnnx.frontends.fq2i import convert as convert_qdq
+from qnnx.frontends.fq2i import from_qdq
 from qnnx.frontends.onnx_quant import import_onnx
 
-__all__ = ["import_onnx"]
+__all__ = ["convert_qdq", "from_qdq", "import_onnx"]

@@ -117,6 +117,7 @@ def _quantize_linear(node: ir.Node, b: Builder):
     y = b.op("quantize", [x, scale, _int32_zero_point(b, zp, "zero_point")], domain=DOMAIN,
              axis=_attr(node, "axis", 1), block_size=_attr(node, "block_size", 0) or None, out_dtype=out,
              rounding="half_even")
+    y.type = ir.TensorType(int_type(out).onnx)
     return [y]
 
 
@@ -152,6 +153,7 @@ def _qlinear_conv(node: ir.Node, b: Builder):
     y = b.op("requantize", [acc, _product(b, sx, sw, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
                             _int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=1,
              out_dtype=_output_dtype(node, zy, x), rounding="half_even", compute="float")
+    y.type = ir.TensorType(int_type(_output_dtype(node, zy, x)).onnx)
     return [y]
 
 

@@ -13,6 +13,8 @@ def _all_names(graph: ir.Graph) -> set[str]:
     names = {v.name for v in graph.inputs} | set(graph.initializers)
     for node in ir.traversal.RecursiveGraphIterator(graph):
         names.update(v.name for v in node.outputs if v.name)
+        if node.name:
+            names.add(node.name)
     return names
 
 
@@ -71,7 +73,7 @@ def replace_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], new_v
     """Put ``new_nodes`` where ``node`` was; its outputs' users (graph outputs included) move to
     ``new_values``, which take over the old names, types and shapes."""
     for old, new in zip(node.outputs, new_values):
-        new.type = old.type if old.type is not None else new.type
+        new.type = old.type if old.type is not None and old.dtype is not None else new.type
         new.shape = old.shape if old.shape is not None else new.shape
     graph.insert_before(node, new_nodes)
     ir.convenience.replace_all_uses_with(list(node.outputs), list(new_values), replace_graph_outputs=True)

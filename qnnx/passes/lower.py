@@ -70,6 +70,8 @@ def _along(p: np.ndarray, rank: int | None, axis: int, what: str) -> np.ndarray:
     p = np.asarray(p)
     if p.size == 1 and p.ndim <= 1:
         return p.reshape(())
+    if p.ndim == 1 and rank is None and axis < 0:  # trailing-aligned broadcasting needs no rank
+        return p.reshape([p.size] + [1] * (-axis - 1))
     if p.ndim != 1 or rank is None:
         raise QnnxError(f"{what} must be a scalar or 1-D per-axis (rank known), got shape {p.shape}")
     ax = numerics.normalize_axis(axis, rank)
@@ -228,7 +230,7 @@ def _requantize(node, a, b):
     si, zi, so, zo = (_const(node, i, n) for i, n in
                       ((1, "input_scale"), (2, "input_zero_point"), (3, "output_scale"), (4, "output_zero_point")))
     per_axis = max(p.size for p in (si, zi, so, zo)) > 1
-    rank = _rank(x, "x", like=node.outputs[0]) if per_axis else None
+    rank = _rank(x, "x", like=node.outputs[0]) if per_axis and a["axis"] >= 0 else None
     return [_requantize_value(b, x, _dtype(x, "x"), si, zi, so, zo, int_type(a["out_dtype"]), rank=rank,
                               axis=a["axis"], rounding=a["rounding"], compute=a["compute"])]
 
@@ -333,14 +335,22 @@ def _matmul(node, a, b):
         def zp_const(z, t, hint):
             return b.const(np.asarray(z if z.size > 1 else z[0], dtype=t.numpy), hint)
 
-        return [b.op("MatMulInteger", [x, w, zp_const(az, xt, "a_zero_point"), zp_const(bz, wt, "b_zero_point")],
-                     hint="matmul_integer")]
+        acc = b.op("MatMulInteger", [x, w, zp_const(az, xt, "a_zero_point"), zp_const(bz, wt, "b_zero_point")],
+                   hint="matmul_integer")
+        return [_plus_bias(b, node, acc, 6)]
     # Exact int64 product for what ORT's MatMulInteger lacks (16-bit, 4-bit, per-row a zero point,
     # per-column b zero point on a batched b).
     a64 = _sub_zero_point(b, x, az.reshape(-1, 1) if az.size > 1 else az.reshape(()))
     b64 = _sub_zero_point(b, w, bz if bz.size > 1 else bz.reshape(()))
     acc = b.op("MatMul", [a64, b64], hint="matmul_i64")
-    return [b.op("Cast", [acc], to=ir.DataType.INT32, hint="wrap_int32")]
+    return [_plus_bias(b, node, b.op("Cast", [acc], to=ir.DataType.INT32, hint="wrap_int32"), 6)]
+
+
+def _plus_bias(b: Builder, node: ir.Node, acc: ir.Value, index: int) -> ir.Value:
+    """int32 accumulator + the optional int32 bias along the last axis (wrapping, like the kernels)."""
+    if len(node.inputs) <= index or node.inputs[index] is None:
+        return acc
+    return b.op("Add", [acc, node.inputs[index]], hint="plus_bias")
 
 
 # --------------------------------------------------------------------------- elementwise

@@ -137,8 +137,9 @@ def test_matmul(adtype, bdtype, a_shape, b_shape, per_row_a):
     a, bm = _rand_int(rng, adtype, a_shape), _rand_int(rng, bdtype, b_shape)
     rows, cols = a_shape[-2], b_shape[-1]
     az = _zps(rng, adtype, rows) if per_row_a else np.int32(_zps(rng, adtype, 1)[0])
-    consts = dict(sa=np.float32(0.1), az=az, b=bm, sb=_scales(rng, cols), bz=_zps(rng, bdtype, cols))
-    m = _model("matmul", {"a": a}, consts, ["a", "sa", "az", "b", "sb", "bz"], {})
+    consts = dict(sa=np.float32(0.1), az=az, b=bm, sb=_scales(rng, cols), bz=_zps(rng, bdtype, cols),
+                  bias=rng.integers(-3000, 3000, cols).astype(np.int32))
+    m = _model("matmul", {"a": a}, consts, ["a", "sa", "az", "b", "sb", "bz", "bias"], {})
     _compare(m, {"a": a})
 
 

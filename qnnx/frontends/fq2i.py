@@ -1,0 +1,262 @@
+"""Fake quantization to integer: QDQ / QOperator models -> canonical qnnx integer form.
+
+After ``import_onnx`` every QuantizeLinear/DequantizeLinear is a ``qnnx.quantize``/
+``qnnx.dequantize``. One forward walk in topological order then keeps a map
+from float values to the integer value and :class:`AffineType` they stand for:
+
+    dequantize(q)                   -> q carries the dequantize's type
+    float op(affine inputs)         -> integer op, by the op's rule (``@fq2i_rule``)
+    quantize(affine x)              -> requantize(x) into the quantize's type, or x itself
+
+A rule gets the node and a :class:`Context`, and returns one :class:`Affine`
+per output or raises :class:`Unsupported` with the reason (recorded: the op
+stays in float). Ops whose output qparams are not implied by their inputs
+(add, mul, concat, pooling, lookup tables) take them from the single quantize
+consuming their output. Dead float ops are removed at the end.
+
+Canonical form (docs/canonical.md): conv/matmul produce int32 accumulators
+always followed by a requantize; every integer op carries explicit qparams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.dialect import DOMAIN
+from qnnx.dtypes import int_type
+from qnnx.errors import QnnxError
+from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to
+from qnnx.frontends.onnx_quant import import_onnx
+from qnnx.ir import Builder, const_array
+
+
+class Unsupported(Exception):
+    """A rule cannot convert this node; the message says why."""
+
+
+FQ2IRule = Callable[[ir.Node, "Context"], "list[Affine]"]
+FQ2I_RULES: dict[str, FQ2IRule] = {}
+
+
+def fq2i_rule(*op_types: str):
+    def wrap(fn: FQ2IRule) -> FQ2IRule:
+        for t in op_types:
+            FQ2I_RULES[t] = fn
+        return fn
+
+    return wrap
+
+
+@dataclass
+class Report:
+    """What the conversion did: integer ops made per float op type, and every float op left
+    between quantized values, with the reason."""
+
+    converted: dict[str, int] = field(default_factory=dict)
+    left_in_float: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op_type, reason)
+
+    def summary(self) -> str:
+        conv = ", ".join(f"{k} x{v}" for k, v in sorted(self.converted.items())) or "nothing"
+        lines = [f"converted to integer: {conv}"]
+        if self.left_in_float:
+            lines.append(f"left in float ({len(self.left_in_float)}):")
+            lines += [f"  {name} ({op}): {why}" for name, op, why in self.left_in_float]
+        else:
+            lines.append("left in float: none")
+        return "\n".join(lines)
+
+
+class Context:
+    """What a rule may ask while converting one node."""
+
+    def __init__(self, env: dict[ir.Value, Affine], b: Builder):
+        self.env = env
+        self.b = b
+
+    def affine(self, v: ir.Value | None, what: str = "input") -> Affine:
+        if v is None or v not in self.env:
+            raise Unsupported(f"{what} is not quantized")
+        return self.env[v]
+
+    def has_affine(self, v: ir.Value | None) -> bool:
+        return v is not None and v in self.env
+
+    def output_type(self, v: ir.Value) -> AffineType:
+        """The type of the quantize consuming ``v``: all its consumers must be quantizes of one type."""
+        users = [u.node for u in v.uses()]
+        types = [_quantize_type(u) for u in users]
+        if not users or any(t is None for t in types) or v.is_graph_output():
+            raise Unsupported("output is not quantized (no quantize consumes it)")
+        if any(not t.same_as(types[0]) for t in types[1:]):
+            raise Unsupported("output is quantized with different qparams by its consumers")
+        return types[0]
+
+    def const(self, v: ir.Value | None) -> np.ndarray | None:
+        return None if v is None else const_array(v)
+
+    def real_const(self, v: ir.Value | None) -> np.ndarray | None:
+        """A float constant, either plain or a dequantized constant."""
+        arr = self.const(v)
+        if arr is not None:
+            return np.asarray(arr)
+        if v is not None and v in self.env:
+            a = self.env[v]
+            q = const_array(a.value)
+            if q is not None and a.type.per_tensor:
+                return a.type.real(np.asarray(q))
+        return None
+
+
+def _typed(a: Affine) -> Affine:
+    """Record the integer dtype on values the rules created, for later rules and lowering."""
+    if a.value.dtype is None:
+        a.value.type = ir.TensorType(a.type.dtype.onnx)
+    return a
+
+
+def _const_qparams(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
+    s, z = const_array(node.inputs[1]), const_array(node.inputs[2]) if len(node.inputs) > 2 else np.int32(0)
+    if s is None or z is None:
+        return None
+    if "block_size" in node.attributes and node.attributes["block_size"].value:
+        return None  # blocked types are not propagated (weights only; left as dequantize)
+    return np.asarray(s, np.float32), np.asarray(z)
+
+
+def _quantize_type(node: ir.Node) -> AffineType | None:
+    if node.domain != DOMAIN or node.op_type != "quantize":
+        return None
+    qp = _const_qparams(node)
+    if qp is None:
+        return None
+    axis = node.attributes["axis"].value if "axis" in node.attributes else 1
+    dtype = int_type(node.attributes["out_dtype"].value)
+    return AffineType(qp[0], qp[1], dtype, axis if qp[0].size > 1 else None)
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
+    """The canonical integer form of a QDQ / QOperator model, and what was converted."""
+    m = import_onnx(model)
+    graph = m.graph
+    env: dict[ir.Value, Affine] = {}
+    report = Report()
+    reasons: dict[ir.Node, str] = {}
+    for node in list(graph):
+        if node.domain == DOMAIN and node.op_type == "dequantize":
+            qp = _const_qparams(node)
+            if qp is not None and node.inputs[0].dtype is not None:
+                env[node.outputs[0]] = Affine(node.inputs[0], affine_type_of_dequantize(node, *qp))
+            continue
+        if node.domain == DOMAIN and node.op_type == "quantize":
+            target = _quantize_type(node)
+            src = env.get(node.inputs[0])
+            if target is None or src is None:
+                continue
+            b = Builder(graph, node.name or "quantize")
+            try:
+                new = requantize_to(b, src, target)
+            except ValueError as e:
+                reasons[node] = str(e)
+                continue
+            graph.insert_before(node, b.nodes)
+            new.shape = new.shape or node.outputs[0].shape
+            ir.convenience.replace_all_uses_with(node.outputs[0], new, replace_graph_outputs=False)
+            if node.outputs[0].is_graph_output():
+                _replace_graph_output(graph, node.outputs[0], new)
+            env[node.outputs[0]] = _typed(Affine(new, target))
+            continue
+        rule = FQ2I_RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if rule is None:
+            continue
+        if not any(v in env for v in node.inputs if v is not None):
+            reasons[node] = "inputs are not quantized with constant qparams"
+            continue
+        b = Builder(graph, node.name or node.op_type)
+        try:
+            outs = rule(node, Context(env, b))
+        except Unsupported as e:
+            reasons[node] = str(e)
+            continue
+        except QnnxError as e:
+            reasons[node] = str(e)
+            continue
+        graph.insert_before(node, b.nodes)
+        for old, new in zip(node.outputs, outs):
+            if new is not None:
+                if new.value.shape is None and old.shape is not None and new.value.producer() is not None:
+                    new.value.shape = old.shape
+                env[old] = _typed(new)
+        report.converted[node.op_type] = report.converted.get(node.op_type, 0) + 1
+    _remove_dead_nodes(graph)
+    _collect_float_leftovers(graph, reasons, report)
+    if strict and report.left_in_float:
+        names = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
+        raise QnnxError(f"{len(report.left_in_float)} op(s) left in float inside quantized regions: {names}")
+    return m, report
+
+
+def _replace_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
+    """A graph output keeps its name: rename the new value and swap it in."""
+    name = old.name
+    idx = list(graph.outputs).index(old)
+    old.name = None
+    new.name = name
+    graph.outputs[idx] = new
+
+
+def _remove_dead_nodes(graph: ir.Graph) -> None:
+    outputs = set(graph.outputs)
+    for node in reversed(list(graph)):
+        if all(not o.uses() and o not in outputs for o in node.outputs):
+            graph.remove(node, safe=True)
+    for name, init in list(graph.initializers.items()):
+        if not init.uses() and init not in outputs and not init.is_graph_input():
+            graph.initializers.pop(name)
+
+
+def _is_dequantized(v: ir.Value | None) -> bool:
+    p = v.producer() if v is not None else None
+    return p is not None and p.domain == DOMAIN and p.op_type == "dequantize"
+
+
+def _feeds_quantize(v: ir.Value) -> bool:
+    return any(u.node.domain == DOMAIN and u.node.op_type == "quantize" for u in v.uses())
+
+
+_DATA_OPS = {"Shape", "Constant", "Identity", "Cast", "Size"}
+
+
+def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> None:
+    """Float compute ops still sitting between a dequantize and a quantize."""
+    for node in graph:
+        if node.domain == DOMAIN or node.op_type in _DATA_OPS:
+            continue
+        if any(_is_dequantized(v) for v in node.inputs) and any(_feeds_quantize(o) for o in node.outputs):
+            why = reasons.get(node) or ("no integer rule for this op" if node.op_type not in FQ2I_RULES
+                                        else "inputs are not quantized with constant qparams")
+            report.left_in_float.append((node.name or node.op_type, node.op_type, why))
+
+
+def from_qdq(model, *, strict: bool = False) -> onnx.ModelProto:
+    """``model`` (QDQ or QOperator, path/ModelProto/ir.Model) in canonical qnnx integer form.
+
+    With ``strict=True`` any float op left inside a quantized region is an error naming
+    every such op; otherwise they are listed in the model's ``qnnx.left_in_float``
+    metadata (and by :func:`convert`'s report).
+    """
+    m, report = convert(model, strict=strict)
+    m.metadata_props["qnnx.left_in_float"] = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
+    return ir.to_proto(m)
+
+
+# Rules live in their own module; importing it registers them.
+from qnnx.frontends import fq2i_rules as _rules  # noqa: E402,F401

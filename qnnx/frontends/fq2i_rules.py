@@ -1,0 +1,398 @@
+"""One rule per float op for fake-quantization-to-integer (see :mod:`qnnx.frontends.fq2i`).
+
+    Reshape/Transpose/Flatten/Squeeze/Unsqueeze/Slice/Split/Gather/Expand/Tile/Identity,
+    MaxPool, Resize(nearest), Pad                -> same op on the integers, same affine type
+    Relu, Clip                                   -> integer Clip to the quantized bounds
+    Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu, Exp, Erf, Gelu, Elu, Softplus
+                                                 -> qnnx.lut (table built offline), consumer's type
+    Conv (+bias)                                 -> qnnx.conv, int32 accumulator, scale sx*sw
+    MatMul, Gemm (+bias)                         -> qnnx.matmul, int32 accumulator, scale sa*sb
+    Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type
+    Mul/Div by a positive scalar constant        -> no op: the affine type's scale changes
+    Concat                                       -> Concat (equal types) or qnnx.concat
+    AveragePool, GlobalAveragePool               -> qnnx.avg_pool / qnnx.global_avg_pool
+
+Each rule raises ``Unsupported(reason)`` when its preconditions fail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.dialect import DOMAIN
+from qnnx.frontends.affine import Affine, AffineType, requantize_to
+from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
+from qnnx.dtypes import int_type
+from qnnx.ir import const_array
+
+INT32 = int_type("int32")
+
+_FLOAT_ROUNDING = dict(rounding="half_even", compute="float")  # ORT's QLinear arithmetic
+
+
+def _attrs(node: ir.Node, *names: str) -> dict:
+    return {n: node.attributes[n].value for n in names if n in node.attributes}
+
+
+def _per_tensor(a: Affine, what: str = "input") -> Affine:
+    if not a.type.per_tensor:
+        raise Unsupported(f"{what} is quantized per-axis; this rule needs per-tensor qparams")
+    return a
+
+
+def _const_i32(ctx: Context, arr, hint: str) -> ir.Value:
+    return ctx.b.const(np.asarray(arr).astype(np.int32), hint)
+
+
+def _qparam_inputs(ctx: Context, t: AffineType, hint: str) -> list[ir.Value]:
+    return [ctx.b.const(t.scale, f"{hint}_scale"), _const_i32(ctx, t.zero_point, f"{hint}_zero_point")]
+
+
+# --------------------------------------------------------------------------- identity on the affine type
+
+
+@fq2i_rule("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "Expand",
+           "Tile", "Identity", "DepthToSpace", "SpaceToDepth")
+def _data_movement(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    if any(ctx.has_affine(v) for v in node.inputs[1:]):
+        raise Unsupported("only the data input may be quantized")
+    new = ctx.b.op(node.op_type, [x.value, *node.inputs[1:]], outputs=len(node.outputs),
+                   **_attrs(node, *node.attributes))
+    outs = new if isinstance(new, tuple) else (new,)
+    return [Affine(v, x.type) for v in outs]
+
+
+@fq2i_rule("MaxPool")
+def _max_pool(node, ctx):
+    x = ctx.affine(node.inputs[0])
+    if len(node.outputs) > 1 and node.outputs[1].uses():
+        raise Unsupported("MaxPool indices output is used")
+    if x.type.axis not in (None, 1):
+        raise Unsupported("per-axis qparams not on the channel axis")
+    return [Affine(ctx.b.op("MaxPool", [x.value], **_attrs(node, *node.attributes)), x.type)]
+
+
+@fq2i_rule("Resize")
+def _resize(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    mode = node.attributes["mode"].value if "mode" in node.attributes else "nearest"
+    if mode != "nearest":
+        raise Unsupported(f"Resize mode {mode!r} interpolates; only nearest is exact on integers")
+    return [Affine(ctx.b.op("Resize", [x.value, *node.inputs[1:]], **_attrs(node, *node.attributes)), x.type)]
+
+
+@fq2i_rule("Pad")
+def _pad(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    mode = node.attributes["mode"].value if "mode" in node.attributes else "constant"
+    inputs = [x.value, *node.inputs[1:2]]
+    if mode == "constant":
+        c = ctx.real_const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else np.float32(0)
+        if c is None:
+            raise Unsupported("pad value is not a constant")
+        q = numerics.quantize(np.asarray(c, np.float32), x.type.scale, x.type.zero_point,
+                              out_dtype=x.type.dtype.name)
+        if not np.allclose(x.type.real(q), c):
+            raise Unsupported(f"pad value {float(c)} is not representable in the input's affine type")
+        inputs.append(ctx.b.const(np.asarray(q).reshape(()), "pad_value"))
+    if len(node.inputs) > 3:
+        inputs.append(node.inputs[3])
+    return [Affine(ctx.b.op("Pad", inputs, **_attrs(node, *node.attributes)), x.type)]
+
+
+# --------------------------------------------------------------------------- clamps
+
+
+def _integer_clip(ctx: Context, x: Affine, lo: float | None, hi: float | None) -> Affine:
+    t = x.type
+    dt = t.dtype
+
+    def q(v, default):
+        if v is None:
+            return default
+        return int(numerics.quantize(np.float32(v), t.scale, t.zero_point, out_dtype=dt.name))
+
+    bounds = [ctx.b.const(np.asarray(q(lo, dt.qmin), dtype=dt.numpy), "clip_min"),
+              ctx.b.const(np.asarray(q(hi, dt.qmax), dtype=dt.numpy), "clip_max")]
+    return Affine(ctx.b.op("Clip", [x.value, *bounds]), t)
+
+
+@fq2i_rule("Relu")
+def _relu(node, ctx):
+    return [_integer_clip(ctx, _per_tensor(ctx.affine(node.inputs[0])), 0.0, None)]
+
+
+@fq2i_rule("Clip")
+def _clip(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    if "min" in node.attributes or "max" in node.attributes:  # opset < 11
+        lo, hi = _attrs(node, "min").get("min"), _attrs(node, "max").get("max")
+    else:
+        bounds = []
+        for i in (1, 2):
+            v = node.inputs[i] if len(node.inputs) > i else None
+            c = ctx.real_const(v) if v is not None else None
+            if v is not None and c is None:
+                raise Unsupported("clip bounds are not constants")
+            bounds.append(None if c is None else float(np.asarray(c).reshape(-1)[0]))
+        lo, hi = bounds
+    return [_integer_clip(ctx, x, lo, hi)]
+
+
+# --------------------------------------------------------------------------- lookup tables
+
+
+def _sigmoid(x, a):
+    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+def _hard_sigmoid(x, a):
+    alpha, beta = a.get("alpha", 0.2), a.get("beta", 0.5)
+    return np.clip(np.float32(alpha) * x + np.float32(beta), 0, 1).astype(np.float32)
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+ELEMENTWISE = {
+    "Sigmoid": _sigmoid,
+    "Tanh": lambda x, a: np.tanh(x),
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": lambda x, a: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1),
+    "LeakyRelu": lambda x, a: np.where(x >= 0, x, np.float32(a.get("alpha", 0.01)) * x),
+    "Exp": lambda x, a: np.exp(x),
+    "Erf": lambda x, a: _erf(x),
+    "Gelu": lambda x, a: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "Elu": lambda x, a: np.where(x > 0, x, np.float32(a.get("alpha", 1.0)) * (np.exp(x) - 1)),
+    "Softplus": lambda x, a: np.log1p(np.exp(x)),
+}
+
+
+def lookup_table(fn, src: AffineType, dst: AffineType, attrs: dict) -> np.ndarray:
+    """``quantize(fn(dequantize(q)))`` for every q of the 8-bit input type."""
+    q = np.arange(src.dtype.qmin, src.dtype.qmax + 1)
+    real = fn(src.real(q), attrs).astype(np.float32)
+    return numerics.quantize(real, dst.scale, dst.zero_point, out_dtype=dst.dtype.name)
+
+
+@fq2i_rule(*ELEMENTWISE)
+def _elementwise(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    if x.type.dtype.bits > 8:
+        raise Unsupported(f"{x.type.dtype.name} input: lookup tables need 8-bit inputs")
+    out = ctx.output_type(node.outputs[0])
+    if not out.per_tensor:
+        raise Unsupported("per-axis output qparams")
+    table = lookup_table(ELEMENTWISE[node.op_type], x.type, out, _attrs(node, *node.attributes))
+    y = ctx.b.op("lut", [x.value, ctx.b.const(table, "table")], domain=DOMAIN)
+    return [Affine(y, out)]
+
+
+# --------------------------------------------------------------------------- conv / matmul
+
+
+def _bias_int32(ctx: Context, bias: ir.Value | None, acc_type: AffineType, axis: int) -> ir.Value | None:
+    """The bias in the accumulator's affine space (scale sx*sw, zero point 0).
+
+    A quantized bias with another scale is requantized — to a per-channel output scale
+    when the weights are per-channel (the case TVM's FQ2I could not express)."""
+    if bias is None:
+        return None
+    target = AffineType(acc_type.scale, np.zeros_like(acc_type.zero_point), INT32, 0 if
+                        acc_type.scale.size > 1 else None)
+    if ctx.has_affine(bias):
+        b = ctx.affine(bias, "bias")
+        if b.type.dtype.name == "int32" and b.type.scale.size in (1, target.scale.size) and \
+                np.allclose(b.type.scale, target.scale, rtol=1e-6, atol=0) and not np.any(b.type.zero_point):
+            return b.value
+        src = Affine(b.value, AffineType(b.type.scale, b.type.zero_point, b.type.dtype, 0 if b.type.scale.size > 1
+                                         else None))
+        return requantize_to(ctx.b, src, target)
+    real = ctx.const(bias)
+    if real is None:
+        raise Unsupported("bias is neither quantized nor a constant")
+    q = numerics.quantize(np.asarray(real, np.float32), target.scale, 0, axis=0, out_dtype="int32")
+    return ctx.b.const(q, "bias_int32")
+
+
+def _weight(ctx: Context, v: ir.Value, axis: int, what: str) -> Affine:
+    w = ctx.affine(v, what)
+    if w.type.dtype.bits > 8:
+        raise Unsupported(f"{what} is {w.type.dtype.name}; integer conv/matmul take 8-bit or narrower weights")
+    if not w.type.per_tensor and w.type.axis != axis:
+        raise Unsupported(f"{what} is per-axis along axis {w.type.axis}, expected {axis}")
+    return w
+
+
+@fq2i_rule("Conv")
+def _conv(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    w = _weight(ctx, node.inputs[1], 0, "weight")
+    acc_scale = (x.type.scale * w.type.scale).astype(np.float32)
+    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32,
+                          1 if acc_scale.size > 1 else None)
+    bias = _bias_int32(ctx, node.inputs[2] if len(node.inputs) > 2 else None, acc_type, 0)
+    inputs = [x.value, w.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, w.type, "w")]
+    if bias is not None:
+        inputs.append(bias)
+    acc = ctx.b.op("conv", inputs, domain=DOMAIN,
+                   **_attrs(node, "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+    return [Affine(acc, acc_type)]
+
+
+def _matmul_acc(ctx: Context, a: Affine, w: Affine, bias: ir.Value | None) -> Affine:
+    acc_scale = (a.type.scale * w.type.scale).astype(np.float32)
+    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32,
+                          -1 if acc_scale.size > 1 else None)
+    bias_v = _bias_int32(ctx, bias, acc_type, 0)
+    inputs = [a.value, *_qparam_inputs(ctx, a.type, "a"), w.value, *_qparam_inputs(ctx, w.type, "b")]
+    if bias_v is not None:
+        inputs.append(bias_v)
+    return Affine(ctx.b.op("matmul", inputs, domain=DOMAIN), acc_type)
+
+
+def _column_axis(w: Affine, rank: int | None) -> int:
+    if w.type.per_tensor:
+        return -1
+    if rank is None:
+        raise Unsupported("per-column weight needs a known weight rank")
+    if w.type.axis % rank != rank - 1:
+        raise Unsupported(f"weight is per-axis along axis {w.type.axis}; matmul needs per-column (last axis)")
+    return -1
+
+
+@fq2i_rule("MatMul")
+def _matmul(node, ctx):
+    a = _per_tensor(ctx.affine(node.inputs[0]))
+    w = ctx.affine(node.inputs[1], "B")
+    _column_axis(w, len(w.value.shape) if w.value.shape is not None else None)
+    return [_matmul_acc(ctx, a, w, None)]
+
+
+@fq2i_rule("Gemm")
+def _gemm(node, ctx):
+    at = _attrs(node, "alpha", "beta", "transA", "transB")
+    if at.get("alpha", 1.0) != 1.0 or at.get("beta", 1.0) != 1.0 or at.get("transA", 0):
+        raise Unsupported("Gemm with alpha/beta != 1 or transA")
+    a = _per_tensor(ctx.affine(node.inputs[0]))
+    w = ctx.affine(node.inputs[1], "B")
+    if at.get("transB", 0):
+        q = const_array(w.value)
+        if q is None:
+            raise Unsupported("transposed B must be a constant")
+        w_axis = None if w.type.per_tensor else (1 - w.type.axis % 2)
+        w = Affine(ctx.b.const(np.ascontiguousarray(np.asarray(q).T), "B_transposed"),
+                   AffineType(w.type.scale, w.type.zero_point, w.type.dtype, w_axis))
+    _column_axis(w, 2)
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if bias is not None and (bias.shape is not None and len(bias.shape) != 1 and not ctx.has_affine(bias)):
+        raise Unsupported("Gemm bias must be 1-D")
+    return [_matmul_acc(ctx, a, w, bias)]
+
+
+# --------------------------------------------------------------------------- elementwise arithmetic
+
+
+def _positive_scalar(ctx: Context, v: ir.Value) -> float | None:
+    c = ctx.real_const(v)
+    if c is None or np.asarray(c).size != 1:
+        return None
+    c = float(np.asarray(c).reshape(-1)[0])
+    return c if c > 0 and math.isfinite(c) else None
+
+
+def _binary(node, ctx, op: str):
+    a, b = ctx.affine(node.inputs[0], "A"), ctx.affine(node.inputs[1], "B")
+    out = ctx.output_type(node.outputs[0])
+    axes = {t.axis for t in (a.type, b.type, out) if t.axis is not None}
+    if len(axes) > 1:
+        raise Unsupported("per-axis qparams on different axes")
+    inputs = [a.value, *_qparam_inputs(ctx, a.type, "a"), b.value, *_qparam_inputs(ctx, b.type, "b"),
+              *_qparam_inputs(ctx, out, "y")]
+    y = ctx.b.op(op, inputs, domain=DOMAIN, axis=axes.pop() if axes else 1, out_dtype=out.dtype.name,
+                 **_FLOAT_ROUNDING)
+    return [Affine(y, out)]
+
+
+@fq2i_rule("Add")
+def _add(node, ctx):
+    return _binary(node, ctx, "add")
+
+
+@fq2i_rule("Sub")
+def _sub(node, ctx):
+    return _binary(node, ctx, "sub")
+
+
+@fq2i_rule("Mul")
+def _mul(node, ctx):
+    for i in (0, 1):  # x * c, c > 0: only the scale changes (no integer op at all)
+        c = _positive_scalar(ctx, node.inputs[1 - i])
+        if c is not None and ctx.has_affine(node.inputs[i]):
+            x = ctx.affine(node.inputs[i])
+            return [Affine(x.value, x.type.with_scale(np.float32(x.type.scale * np.float32(c))))]
+    return _binary(node, ctx, "mul")
+
+
+@fq2i_rule("Div")
+def _div(node, ctx):
+    c = _positive_scalar(ctx, node.inputs[1])
+    if c is None:
+        raise Unsupported("only division by a positive scalar constant has an integer rule")
+    x = ctx.affine(node.inputs[0])
+    return [Affine(x.value, x.type.with_scale(np.float32(x.type.scale / np.float32(c))))]
+
+
+# --------------------------------------------------------------------------- concat and pooling
+
+
+@fq2i_rule("Concat")
+def _concat(node, ctx):
+    xs = [ctx.affine(v, f"input {i}") for i, v in enumerate(node.inputs)]
+    axis = node.attributes["axis"].value
+    try:
+        out = ctx.output_type(node.outputs[0])
+    except Unsupported:
+        if all(x.type.per_tensor and x.type.same_as(xs[0].type) for x in xs):
+            return [Affine(ctx.b.op("Concat", [x.value for x in xs], axis=axis), xs[0].type)]
+        raise
+    if all(x.type.same_as(out) for x in xs):
+        return [Affine(ctx.b.op("Concat", [x.value for x in xs], axis=axis), out)]
+    if any(not x.type.per_tensor for x in xs) or not out.per_tensor:
+        raise Unsupported("per-axis concat inputs")
+    inputs = [*_qparam_inputs(ctx, out, "y")]
+    for i, x in enumerate(xs):
+        inputs += [x.value, *_qparam_inputs(ctx, x.type, f"x{i}")]
+    return [Affine(ctx.b.op("concat", inputs, domain=DOMAIN, axis=axis, out_dtype=out.dtype.name,
+                            **_FLOAT_ROUNDING), out)]
+
+
+def _pool(node, ctx, op: str, **attrs):
+    x = ctx.affine(node.inputs[0])
+    if x.type.axis not in (None, 1):
+        raise Unsupported("per-axis qparams not on the channel axis")
+    out = ctx.output_type(node.outputs[0])
+    if out.axis not in (None, 1) or out.dtype != x.type.dtype:
+        raise Unsupported("pooling output must have the input's dtype and per-tensor/per-channel qparams")
+    y = ctx.b.op(op, [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")], domain=DOMAIN,
+                 **attrs, **_FLOAT_ROUNDING)
+    return [Affine(y, out)]
+
+
+@fq2i_rule("GlobalAveragePool")
+def _global_avg_pool(node, ctx):
+    return _pool(node, ctx, "global_avg_pool")
+
+
+@fq2i_rule("AveragePool")
+def _avg_pool(node, ctx):
+    at = _attrs(node, "auto_pad", "kernel_shape", "pads", "strides", "count_include_pad", "ceil_mode")
+    if at.get("ceil_mode", 0):
+        raise Unsupported("ceil_mode=1")
+    return _pool(node, ctx, "avg_pool", **at)
