@@ -426,3 +426,44 @@ def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute,
                         acc_bits=MUL_ACC_BITS)
     return saturate(r + o["zy"], ty)
+
+
+# --------------------------------------------------------------------------- softmax
+
+SOFTMAX_FRAC_BITS = 30  # exp table precision: every entry is round(exp(-scale*k) * 2**30)
+
+
+def softmax_exp_table(x_scale, bits: int) -> np.ndarray:
+    """``round(exp(-x_scale * k) * 2**30)`` for every difference ``k`` an input of ``bits`` bits can have."""
+    k = np.arange(1 << bits, dtype=np.float64)
+    scale = np.float64(np.asarray(x_scale).reshape(()))
+    return np.rint(np.exp(-scale * k) * float(1 << SOFTMAX_FRAC_BITS)).astype(np.int64)
+
+
+def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, out_dtype: str = "uint8",
+            rounding: str = "half_even") -> np.ndarray:
+    """Quantized softmax, exact and reproducible on any runtime.
+
+    ``d = max(x) - x`` along ``axis`` (the zero point cancels); ``e = T[d]`` with
+    the integer table :func:`softmax_exp_table`; ``S = sum(e)`` exactly in int64;
+    ``y = round(float64(e) / float64(S) / float64(y_scale)) + y_zero_point``
+    with IEEE double division (one rounding per step).
+    """
+    x = np.asarray(x)
+    t = int_type(x.dtype)
+    dtype = int_type(out_dtype)
+    s = check_scale(x_scale, "x_scale")
+    if s.size != 1:
+        raise QnnxError("softmax needs a per-tensor x_scale")
+    check_zero_point(x_zero_point, t, "x_zero_point")
+    sy = check_scale(y_scale, "y_scale")
+    zy = check_zero_point(y_zero_point, dtype, "y_zero_point")
+    if sy.size != 1 or zy.size != 1:
+        raise QnnxError("softmax needs per-tensor output qparams")
+    ax = normalize_axis(axis, x.ndim)
+    xi = as_int64(x)
+    d = xi.max(axis=ax, keepdims=True) - xi
+    e = softmax_exp_table(s, t.bits)[d]
+    total = e.sum(axis=ax, keepdims=True)
+    v = e.astype(np.float64) / total.astype(np.float64) / np.float64(sy.reshape(()))
+    return saturate(_float_to_int64(round_float(v, rounding)) + zy.reshape(()), dtype)

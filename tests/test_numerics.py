@@ -490,14 +490,12 @@ def binary_cases(draw, op):
     ty = draw(st.sampled_from(("int8", "uint8", "int16")))
 
     def arr(t, shp):
-        lo, hi = qrange(t)
         vals = draw(st.lists(values_of(t), min_size=int(np.prod(shp)), max_size=int(np.prod(shp))))
         return np.array(vals, INT_RANGES[t][0]).reshape(shp)
 
     def zp(t):
         if op == "mul" and t == "int16":
             return draw(st.just(0) | st.just(np.zeros(n, np.int32)))
-        lo, hi = qrange(t)
         if draw(st.booleans()):
             return draw(values_of(t))
         return np.array(draw(st.lists(values_of(t), min_size=n, max_size=n)), np.int32)

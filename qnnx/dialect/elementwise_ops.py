@@ -99,3 +99,15 @@ def lut(x, table):
         raise QnnxError(f"lut table must be 1-D with {1 << t.bits} entries for {t.name} input, "
                         f"got shape {table.shape}")
     return (table[as_int64(x) - t.qmin],)
+
+
+@op("softmax", doc="Quantized softmax along `axis`: differences to the maximum index an integer exp table "
+    "(2**30 fixed point), summed exactly in int64, normalised with IEEE double division; numerics.softmax.",
+    inputs=(Input("x", "integer tensor (8 or 16 bits)"), *qparam_inputs("x_", "x (per-tensor)"),
+            *qparam_inputs("y_", "y (per-tensor)")),
+    outputs=(Input("y", "integer tensor of `out_dtype`"),),
+    attributes=(Attribute("axis", int, -1, "softmax axis"), out_dtype_attr(), rounding_attr("half_even")),
+    types="x: int8/uint8/int16/uint16; scales float; zero points int32")
+def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis, out_dtype, rounding):
+    return (numerics.softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, axis=axis, out_dtype=out_dtype,
+                             rounding=rounding),)

@@ -196,3 +196,66 @@ def global_avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, rounding
     count = np.prod([x.shape[a] for a in axes])
     return (_pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, compute),)
 
+
+
+@op("conv_transpose", doc="Integer transposed convolution: every `(x - x_zp)[n, c, i]` scatters "
+    "`(w - w_zp)[c, m]` to output position `i * stride + k * dilation - pad_begin`, summed as int32.",
+    inputs=(Input("x", "activations N x C x spatial"), Input("w", "weights C x M/group x kernel"),
+            *qparam_inputs("x_", "x (per-tensor)"),
+            Input("w_scale", "scale of w: scalar or 1-D of M (per output channel, axis 1; group 1)"),
+            Input("w_zero_point", "zero point of w: int32 scalar or 1-D of M"),
+            Input("bias", "int32 1-D of M, scale x_scale * w_scale, zero point 0", optional=True)),
+    outputs=(Input("y", "int32 accumulator"),),
+    attributes=(Attribute("kernel_shape", list, None, "spatial kernel size (inferred from w)"),
+                Attribute("pads", list, None, "[begin..., end...] cropped from the full output"),
+                Attribute("strides", list, None, "strides per spatial dim (default 1)"),
+                Attribute("dilations", list, None, "dilations per spatial dim (default 1)"),
+                Attribute("output_padding", list, None, "extra size at the end of each spatial dim"),
+                Attribute("group", int, 1, "number of groups")),
+    types="x: int8/uint8/int16/uint16; w: int8/uint8/int4/uint4; y: int32")
+def conv_transpose(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, kernel_shape, pads, strides,
+                   dilations, output_padding, group):
+    tx = _typed(x, _ACT_TYPES, "x")
+    tw = _typed(w, _WEIGHT_TYPES, "w")
+    x, w = np.asarray(x), np.asarray(w)
+    if x.ndim < 3 or w.ndim != x.ndim or x.shape[1] != w.shape[0] or x.shape[1] % group:
+        raise QnnxError(f"conv_transpose shapes do not match: x {x.shape}, w {w.shape}, group={group}")
+    nsp = x.ndim - 2
+    n_out = w.shape[1] * group
+    numerics.check_scale(x_scale, "x_scale")
+    ws = numerics.check_scale(w_scale, "w_scale")
+    if ws.size not in (1, n_out) or (ws.size > 1 and group != 1):
+        raise QnnxError(f"w_scale must be a scalar or 1-D of {n_out} (group 1), got shape {ws.shape}")
+    xz = numerics.check_zero_point(_per_tensor(x_zero_point, "x_zero_point"), tx, "x_zero_point")
+    wz = numerics.check_zero_point(w_zero_point, tw, "w_zero_point").reshape(-1)
+    if wz.size not in (1, w.shape[1]):
+        raise QnnxError(f"w_zero_point must be a scalar or 1-D of {w.shape[1]}")
+    kernel = w.shape[2:]
+    if kernel_shape is not None and tuple(kernel_shape) != kernel:
+        raise QnnxError(f"kernel_shape {kernel_shape} does not match w shape {w.shape}")
+    strides = list(strides or [1] * nsp)
+    dilations = list(dilations or [1] * nsp)
+    pads = list(pads or [0] * (2 * nsp))
+    output_padding = list(output_padding or [0] * nsp)
+    xs = as_int64(x) - xz
+    wq = as_int64(w) - wz.reshape(1, -1, *([1] * nsp))
+    full = [s * (n - 1) + (k - 1) * d + 1 + op for n, k, s, d, op in
+            zip(x.shape[2:], kernel, strides, dilations, output_padding)]
+    cg, mg = x.shape[1] // group, w.shape[1]
+    out = np.zeros((x.shape[0], group, mg, *full), dtype=np.int64)
+    xg = xs.reshape(x.shape[0], group, cg, *x.shape[2:])
+    wg = wq.reshape(group, cg, mg, *kernel)
+    for idx in np.ndindex(*kernel):
+        contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None), slice(None), slice(None), *idx)])
+        sl = tuple(slice(k * d, k * d + s * (n - 1) + 1, s)
+                   for k, d, s, n in zip(idx, dilations, strides, x.shape[2:]))
+        out[(slice(None), slice(None), slice(None), *sl)] += contrib
+    out = out.reshape(x.shape[0], n_out, *full)
+    crop = tuple(slice(pads[i], full[i] - pads[i + nsp]) for i in range(nsp))
+    out = out[(slice(None), slice(None), *crop)]
+    if bias is not None:
+        b = np.asarray(bias)
+        if b.dtype != np.int32 or b.shape != (n_out,):
+            raise QnnxError(f"bias must be int32 of shape ({n_out},), got {b.dtype} {b.shape}")
+        out = out + b.astype(np.int64).reshape(1, n_out, *([1] * nsp))
+    return (_wrap_int32(out),)

@@ -6,11 +6,13 @@
     Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu, Exp, Erf, Gelu, Elu, Softplus
                                                  -> qnnx.lut (table built offline), consumer's type
     Conv (+bias)                                 -> qnnx.conv, int32 accumulator, scale sx*sw
+    ConvTranspose (+bias)                        -> qnnx.conv_transpose (weights per-channel on axis 1)
     MatMul, Gemm (+bias)                         -> qnnx.matmul, int32 accumulator, scale sa*sb
     Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type
     Mul/Div by a positive scalar constant        -> no op: the affine type's scale changes
     Concat                                       -> Concat (equal types) or qnnx.concat
     AveragePool, GlobalAveragePool               -> qnnx.avg_pool / qnnx.global_avg_pool
+    Softmax                                      -> qnnx.softmax, consumer's type
 
 Each rule raises ``Unsupported(reason)`` when its preconditions fail.
 """
@@ -26,6 +28,7 @@ from qnnx import numerics
 from qnnx.dialect import DOMAIN
 from qnnx.frontends.affine import Affine, AffineType, requantize_to
 from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
+from qnnx.frontends.tables import ELEMENTWISE, lookup_table
 from qnnx.dtypes import int_type
 from qnnx.ir import const_array
 
@@ -147,40 +150,6 @@ def _clip(node, ctx):
 # --------------------------------------------------------------------------- lookup tables
 
 
-def _sigmoid(x, a):
-    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
-
-
-def _hard_sigmoid(x, a):
-    alpha, beta = a.get("alpha", 0.2), a.get("beta", 0.5)
-    return np.clip(np.float32(alpha) * x + np.float32(beta), 0, 1).astype(np.float32)
-
-
-def _erf(x):
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
-ELEMENTWISE = {
-    "Sigmoid": _sigmoid,
-    "Tanh": lambda x, a: np.tanh(x),
-    "HardSigmoid": _hard_sigmoid,
-    "HardSwish": lambda x, a: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1),
-    "LeakyRelu": lambda x, a: np.where(x >= 0, x, np.float32(a.get("alpha", 0.01)) * x),
-    "Exp": lambda x, a: np.exp(x),
-    "Erf": lambda x, a: _erf(x),
-    "Gelu": lambda x, a: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
-    "Elu": lambda x, a: np.where(x > 0, x, np.float32(a.get("alpha", 1.0)) * (np.exp(x) - 1)),
-    "Softplus": lambda x, a: np.log1p(np.exp(x)),
-}
-
-
-def lookup_table(fn, src: AffineType, dst: AffineType, attrs: dict) -> np.ndarray:
-    """``quantize(fn(dequantize(q)))`` for every q of the 8-bit input type."""
-    q = np.arange(src.dtype.qmin, src.dtype.qmax + 1)
-    real = fn(src.real(q), attrs).astype(np.float32)
-    return numerics.quantize(real, dst.scale, dst.zero_point, out_dtype=dst.dtype.name)
-
-
 @fq2i_rule(*ELEMENTWISE)
 def _elementwise(node, ctx):
     x = _per_tensor(ctx.affine(node.inputs[0]))
@@ -244,6 +213,25 @@ def _conv(node, ctx):
     acc = ctx.b.op("conv", inputs, domain=DOMAIN,
                    **_attrs(node, "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
     return [Affine(acc, acc_type)]
+
+
+@fq2i_rule("ConvTranspose")
+def _conv_transpose(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    w = _weight(ctx, node.inputs[1], 1, "weight")  # ConvTranspose weights are C x M: per-channel on axis 1
+    at = _attrs(node, "auto_pad", "output_shape", "dilations", "group", "kernel_shape", "pads", "strides",
+                "output_padding")
+    if at.pop("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or "output_shape" in at:
+        raise Unsupported("ConvTranspose with auto_pad SAME_* or output_shape")
+    if not w.type.per_tensor and at.get("group", 1) != 1:
+        raise Unsupported("per-channel ConvTranspose weights with groups")
+    acc_scale = (x.type.scale * w.type.scale).astype(np.float32)
+    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32, 1 if acc_scale.size > 1 else None)
+    bias = _bias_int32(ctx, node.inputs[2] if len(node.inputs) > 2 else None, acc_type, 0)
+    inputs = [x.value, w.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, w.type, "w")]
+    if bias is not None:
+        inputs.append(bias)
+    return [Affine(ctx.b.op("conv_transpose", inputs, domain=DOMAIN, **at), acc_type)]
 
 
 def _matmul_acc(ctx: Context, a: Affine, w: Affine, bias: ir.Value | None) -> Affine:
@@ -396,3 +384,18 @@ def _avg_pool(node, ctx):
     if at.get("ceil_mode", 0):
         raise Unsupported("ceil_mode=1")
     return _pool(node, ctx, "avg_pool", **at)
+
+
+@fq2i_rule("Softmax")
+def _softmax(node, ctx):
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    opset = node.version or (node.graph.opset_imports.get("", 13) if node.graph is not None else 13)
+    rank = len(x.value.shape) if x.value.shape is not None else (
+        len(node.inputs[0].shape) if node.inputs[0].shape is not None else None)
+    axis = node.attributes["axis"].value if "axis" in node.attributes else (-1 if opset >= 13 else 1)
+    if opset < 13 and not (axis == -1 or (rank is not None and axis % rank == rank - 1)):
+        raise Unsupported("opset < 13 Softmax flattens from a non-last axis")
+    out = _per_tensor(Affine(node.outputs[0], ctx.output_type(node.outputs[0])), "output").type
+    y = ctx.b.op("softmax", [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")],
+                 domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even")
+    return [Affine(y, out)]

@@ -30,12 +30,12 @@ from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, replace_node
 
 ImportRule = Callable[[ir.Node, Builder], "list[ir.Value] | None"]
-IMPORT_RULES: dict[str, ImportRule] = {}
+IMPORT_RULES: dict[tuple[str, str], ImportRule] = {}
 
 
-def import_rule(op_type: str):
+def import_rule(op_type: str, domain: str = ""):
     def wrap(fn: ImportRule) -> ImportRule:
-        IMPORT_RULES[op_type] = fn
+        IMPORT_RULES[(domain, op_type)] = fn
         return fn
 
     return wrap
@@ -216,7 +216,7 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
     graph = m.graph
     changed = False
     for node in list(graph):
-        rule = IMPORT_RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        rule = IMPORT_RULES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
         if rule is None:
             continue
         b = Builder(graph, node.name or node.op_type)
@@ -235,3 +235,6 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
 
 
 __all__ = ["import_onnx", "import_rule", "IMPORT_RULES", "INT_TYPES"]
+
+# com.microsoft QOperator rules register on import.
+import qnnx.frontends.qoperator  # noqa: E402,F401

@@ -319,6 +319,53 @@ def _conv(node, a, b):
     return [acc]
 
 
+@lower_rule("conv_transpose")
+def _conv_transpose(node, a, b):
+    """Zero-insertion upsampling (exact: a float ConvTranspose with a one-hot kernel on the centered
+    values), then an ordinary integer conv with the flipped, regrouped kernel."""
+    x, w = node.inputs[0], node.inputs[1]
+    xtype = _dtype(x, "x")
+    w_arr = const_array(w)
+    if w_arr is None:
+        raise QnnxError("conv_transpose weights must be constant to lower")
+    w_arr = np.asarray(w_arr)
+    nsp, group = w_arr.ndim - 2, a["group"]
+    kernel = w_arr.shape[2:]
+    strides = list(a["strides"] or [1] * nsp)
+    dilations = list(a["dilations"] or [1] * nsp)
+    pads = list(a["pads"] or [0] * (2 * nsp))
+    output_padding = list(a["output_padding"] or [0] * nsp)
+    xz = int(np.asarray(_const(node, 3, "x_zero_point")).reshape(-1)[0])
+    conv_pads = [d * (k - 1) - p for d, k, p in zip(dilations, kernel, pads[:nsp])] + \
+                [d * (k - 1) - p + op for d, k, p, op in zip(dilations, kernel, pads[nsp:], output_padding)]
+    if min(conv_pads) < 0:
+        raise QnnxError("conv_transpose pads larger than the dilated kernel are not supported by the lowering")
+    channels = w_arr.shape[0]
+    if any(s > 1 for s in strides):
+        centered = b.op("Sub", [la.to_f32(b, x), la.f32(b, xz, "x_zero_point_f")], hint="centered_f")
+        one_hot = b.const(np.ones((channels, 1, *([1] * nsp)), np.float32), "one_hot_kernel")
+        spread = b.op("ConvTranspose", [centered, one_hot], group=channels, strides=strides, hint="zero_insert")
+        spread = b.op("Add", [spread, la.f32(b, xz, "x_zero_point_f")], hint="affine_again")
+        x = b.op("Cast", [spread], to=xtype.onnx, hint="upsampled")
+        x.type = ir.TensorType(xtype.onnx)
+    cg, mg = channels // group, w_arr.shape[1]
+    flipped = w_arr[(slice(None), slice(None), *[slice(None, None, -1)] * nsp)]
+    w_conv = flipped.reshape(group, cg, mg, *kernel).swapaxes(1, 2).reshape(group * mg, cg, *kernel)
+    wz = np.asarray(_const(node, 5, "w_zero_point")).astype(np.int32).reshape(-1)
+    wz_conv = np.tile(wz, group) if wz.size > 1 else wz.reshape(())
+    ws = np.asarray(_const(node, 4, "w_scale"))
+    inputs = [x, b.const(w_conv, "w_flipped"), node.inputs[2], node.inputs[3], b.const(ws, "w_scale"),
+              b.const(wz_conv, "w_zero_point"), node.inputs[6] if len(node.inputs) > 6 else None]
+    conv_node = ir.Node(DOMAIN, "conv", inputs)
+    try:
+        attrs = dict(auto_pad="NOTSET", kernel_shape=None, pads=conv_pads, strides=None, dilations=dilations,
+                     group=group)
+        return _conv(conv_node, attrs, b)
+    finally:
+        for i in range(len(conv_node.inputs)):
+            conv_node.replace_input_with(i, None)  # the helper node was never in the graph
+
+
 _MMI_TYPES = ("int8", "uint8")
 
 
@@ -446,6 +493,30 @@ def _lut(node, a, b):
     t = _dtype(x, "x")
     idx = b.op("Sub", [b.op("Cast", [x], to=ir.DataType.INT32), b.const(np.int32(t.qmin), "dtype_min")], hint="index")
     return [b.op("Gather", [table, idx], axis=0, hint="lookup")]
+
+
+@lower_rule("softmax")
+def _softmax(node, a, b):
+    x = node.inputs[0]
+    t = _dtype(x, "x")
+    sx, zx, sy, zy = (_const(node, i, n) for i, n in
+                      ((1, "x_scale"), (2, "x_zero_point"), (3, "y_scale"), (4, "y_zero_point")))
+    out_t = int_type(a["out_dtype"])
+    for s_, n in ((sx, "x_scale"), (sy, "y_scale")):
+        numerics.check_scale(s_, n)
+        if s_.size != 1:
+            raise QnnxError(f"softmax needs a per-tensor {n}")
+    numerics.check_zero_point(zy, out_t, "y_zero_point")
+    f64 = ir.DataType.DOUBLE
+    x32 = b.op("Cast", [x], to=ir.DataType.INT32)
+    axes = la.i64(b, [a["axis"]], "axis")
+    d = b.op("Sub", [b.op("ReduceMax", [x32, axes], keepdims=1), x32], hint="diff_to_max")
+    e = b.op("Gather", [la.i64(b, numerics.softmax_exp_table(sx, t.bits), "exp_table"), d], axis=0, hint="exp")
+    total = b.op("ReduceSum", [e, axes], keepdims=1, hint="exp_sum")
+    p = b.op("Div", [b.op("Cast", [e], to=f64), b.op("Cast", [total], to=f64)], hint="probability")
+    v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
+    r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
+    return [_add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)]
 
 
 # --------------------------------------------------------------------------- pooling

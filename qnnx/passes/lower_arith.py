@@ -69,26 +69,26 @@ def saturate_cast(b: Builder, x: ir.Value, dtype: IntType) -> ir.Value:
 # --------------------------------------------------------------------------- float rounding
 
 
-def round_float(b: Builder, v: ir.Value, rounding: str) -> ir.Value:
-    """numerics.round_float: exact, no ``+0.5`` on the value itself."""
+def round_float(b: Builder, v: ir.Value, rounding: str, dtype: ir.DataType = F32) -> ir.Value:
+    """numerics.round_float on a ``dtype`` (float32 or double) value: exact, no ``+0.5`` on the value."""
     numerics.check_rounding(rounding)
     if rounding == "half_even":
         return b.op("Round", [v], hint="round_half_even")
-    half = f32(b, 0.5, "half")
+    half = b.const(np.asarray(0.5, dtype=dtype.numpy()), "half")
     if rounding == "upward":
         f = b.op("Floor", [v], hint="floor")
         up = b.op("GreaterOrEqual", [b.op("Sub", [v, f], hint="frac"), half], hint="frac_ge_half")
-        return b.op("Add", [f, to_f32(b, up)], hint="round_upward")
+        return b.op("Add", [f, b.op("Cast", [up], to=dtype)], hint="round_upward")
     a = b.op("Abs", [v], hint="abs")
     f = b.op("Floor", [a], hint="floor")
     up = b.op("GreaterOrEqual", [b.op("Sub", [a, f], hint="frac"), half], hint="frac_ge_half")
-    return b.op("Mul", [b.op("Add", [f, to_f32(b, up)]), b.op("Sign", [v])], hint="round_away")
+    return b.op("Mul", [b.op("Add", [f, b.op("Cast", [up], to=dtype)]), b.op("Sign", [v])], hint="round_away")
 
 
-def float_to_i64(b: Builder, r: ir.Value) -> ir.Value:
+def float_to_i64(b: Builder, r: ir.Value, dtype: ir.DataType = F32) -> ir.Value:
     """numerics._float_to_int64: clamp to +-2**62, then cast."""
-    lim = float(2.0 ** 62)
-    return to_i64(b, b.op("Clip", [r, f32(b, -lim, "neg_2p62"), f32(b, lim, "pos_2p62")], hint="clamp_2p62"))
+    lim = np.asarray(2.0 ** 62, dtype=dtype.numpy())
+    return to_i64(b, b.op("Clip", [r, b.const(-lim, "neg_2p62"), b.const(lim, "pos_2p62")], hint="clamp_2p62"))
 
 
 # --------------------------------------------------------------------------- integer rounding

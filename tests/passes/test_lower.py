@@ -233,3 +233,37 @@ def test_dynamic_scale_requantize_is_refused_with_the_node_name():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("qnnx", 1)])
     with pytest.raises(qnnx.QnnxError, match=r"rq7.*input_scale must be a constant"):
         lower(m)
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("xdtype,out_dtype,axis", [(np.uint8, "uint8", -1), (np.int8, "int8", 1),
+                                                   (np.int16, "int16", -1)])
+def test_softmax(rounding, xdtype, out_dtype, axis):
+    rng = np.random.default_rng(23)
+    x = _rand_int(rng, xdtype, (2, 7, 9))
+    consts = dict(xs=np.float32(0.07 if xdtype != np.int16 else 0.0005), xz=np.int32(0), ys=np.float32(1 / 256),
+                  yz=np.int32(0 if out_dtype != "int8" else -128))
+    m = _model("softmax", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(axis=axis, out_dtype=out_dtype, rounding=rounding))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("xshape,wshape,attrs", [
+    ((1, 4, 5, 6), (4, 3, 3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 0])),
+    ((2, 4, 5), (4, 2, 2), dict(strides=[3], dilations=[2], group=2)),
+    ((1, 8, 6, 6), (8, 4, 2, 2), dict(strides=[2, 2])),  # PP-OCR det's upsampling shape
+])
+@pytest.mark.parametrize("xdtype", [np.uint8, np.int8, np.int16])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv_transpose(xshape, wshape, attrs, xdtype, per_channel):
+    rng = np.random.default_rng(29)
+    x = _rand_int(rng, xdtype, xshape)
+    w = _rand_int(rng, np.int8, wshape)
+    m_out = wshape[1] * attrs.get("group", 1)
+    per_channel = per_channel and attrs.get("group", 1) == 1
+    consts = dict(w=w, xs=np.float32(0.02), xz=np.int32(_zps(rng, xdtype, 1)[0]),
+                  ws=_scales(rng, m_out) if per_channel else np.float32(0.01),
+                  wz=_zps(rng, np.int8, wshape[1]) if per_channel else np.int32(3),
+                  bias=rng.integers(-5000, 5000, m_out).astype(np.int32))
+    m = _model("conv_transpose", {"x": x}, consts, ["x", "w", "xs", "xz", "ws", "wz", "bias"], attrs)
+    _compare(m, {"x": x})
