@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 import onnx
 import onnx_ir as ir
+from onnx_ir.passes.common import ShapeInferencePass
 
 from qnnx import numerics
 from qnnx.dialect import DOMAIN
@@ -33,7 +34,7 @@ from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to
 from qnnx.frontends.onnx_quant import import_onnx
-from qnnx.ir import Builder, const_array
+from qnnx.ir import Builder, const_array, load_model
 
 
 class Unsupported(Exception):
@@ -97,6 +98,23 @@ class Context:
             raise Unsupported("output is quantized with different qparams by its consumers")
         return types[0]
 
+    def rank(self, v: ir.Value) -> int | None:
+        """``v``'s rank, from its shape or, when inference lost it, from the producers: elementwise
+        and requantizing ops keep the rank, a conv's output has its weight's rank."""
+        for _ in range(16):
+            if v.shape is not None:
+                return len(v.shape)
+            p = v.producer()
+            if p is None or not p.inputs or p.inputs[0] is None:
+                return None
+            if p.op_type in _WEIGHT_RANK_OPS:
+                w = p.inputs[1]
+                return len(w.shape) if w is not None and w.shape is not None else None
+            if p.op_type not in _RANK_KEEPING_OPS:
+                return None
+            v = p.inputs[0]
+        return None
+
     def const(self, v: ir.Value | None) -> np.ndarray | None:
         return None if v is None else const_array(v)
 
@@ -108,8 +126,9 @@ class Context:
         if v is not None and v in self.env:
             a = self.env[v]
             q = const_array(a.value)
-            if q is not None and a.type.per_tensor:
-                return a.type.real(np.asarray(q))
+            if q is not None:
+                return numerics.dequantize(np.asarray(q), a.type.scale, a.type.zero_point,
+                                           axis=a.type.axis if a.type.axis is not None else -1)
         return None
 
 
@@ -145,7 +164,7 @@ def _quantize_type(node: ir.Node) -> AffineType | None:
 
 def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
     """The canonical integer form of a QDQ / QOperator model, and what was converted."""
-    m = import_onnx(model)
+    m = import_onnx(_with_shapes(load_model(model)), copy=False)
     graph = m.graph
     env: dict[ir.Value, Affine] = {}
     report = Report()
@@ -158,6 +177,9 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
             continue
         if node.domain == DOMAIN and node.op_type == "quantize":
             target = _quantize_type(node)
+            if target is not None and const_array(node.inputs[0]) is not None:
+                _fold_constant_quantize(graph, node, target)
+                continue
             src = env.get(node.inputs[0])
             if target is None or src is None:
                 continue
@@ -168,7 +190,7 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
                 reasons[node] = str(e)
                 continue
             graph.insert_before(node, b.nodes)
-            new.shape = new.shape or node.outputs[0].shape
+            new.shape = new.shape or node.outputs[0].shape or src.value.shape
             ir.convenience.replace_all_uses_with(node.outputs[0], new, replace_graph_outputs=False)
             if node.outputs[0].is_graph_output():
                 _replace_graph_output(graph, node.outputs[0], new)
@@ -192,8 +214,11 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
         graph.insert_before(node, b.nodes)
         for old, new in zip(node.outputs, outs):
             if new is not None:
-                if new.value.shape is None and old.shape is not None and new.value.producer() is not None:
-                    new.value.shape = old.shape
+                if new.value.shape is None and new.value.producer() is not None:
+                    if old.shape is not None:
+                        new.value.shape = old.shape
+                    elif not new.type.per_tensor and (rank := Context(env, b).rank(old)) is not None:
+                        new.value.shape = ir.Shape([None] * rank)  # per-axis types need the rank later
                 env[old] = _typed(new)
         report.converted[node.op_type] = report.converted.get(node.op_type, 0) + 1
     _remove_dead_nodes(graph)
@@ -202,6 +227,27 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
         names = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
         raise QnnxError(f"{len(report.left_in_float)} op(s) left in float inside quantized regions: {names}")
     return m, report
+
+
+def _fold_constant_quantize(graph: ir.Graph, node: ir.Node, target: AffineType) -> None:
+    """quantize(constant) is a constant: exporters leave weights as Q(float) -> DQ."""
+    real = np.asarray(const_array(node.inputs[0]))
+    q = numerics.quantize(real, target.scale, target.zero_point, out_dtype=target.dtype.name,
+                          axis=target.axis if target.axis is not None else -1)
+    b = Builder(graph, node.name or "quantize")
+    folded = b.const(q, "folded")
+    ir.convenience.replace_all_uses_with(node.outputs[0], folded, replace_graph_outputs=False)
+    if node.outputs[0].is_graph_output():
+        _replace_graph_output(graph, node.outputs[0], folded)
+
+
+def _with_shapes(m: ir.Model) -> ir.Model:
+    """ONNX shape inference on the incoming (standard-ops) model: rules need ranks and dtypes
+    that exporters often leave out. Failing inference is not fatal: rules then say what is missing."""
+    try:
+        return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
+    except Exception:  # inference is best effort; the model itself was already validated by loading
+        return m
 
 
 def _replace_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
@@ -232,6 +278,10 @@ def _feeds_quantize(v: ir.Value) -> bool:
     return any(u.node.domain == DOMAIN and u.node.op_type == "quantize" for u in v.uses())
 
 
+_WEIGHT_RANK_OPS = {"conv", "conv_transpose", "Conv", "ConvTranspose"}
+_RANK_KEEPING_OPS = {"requantize", "quantize", "dequantize", "simulated_quantize", "simulated_dequantize", "lut",
+                     "add", "sub", "mul", "Clip", "Relu", "Sigmoid", "HardSigmoid", "Mul", "Add", "Sub", "Div",
+                     "BatchNormalization", "LeakyRelu", "Tanh", "Identity", "Cast"}
 _DATA_OPS = {"Shape", "Constant", "Identity", "Cast", "Size"}
 
 

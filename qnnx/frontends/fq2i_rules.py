@@ -7,6 +7,7 @@
                                                  -> qnnx.lut (table built offline), consumer's type
     Conv (+bias)                                 -> qnnx.conv, int32 accumulator, scale sx*sw
     ConvTranspose (+bias)                        -> qnnx.conv_transpose (weights per-channel on axis 1)
+    BatchNormalization (inference)               -> depthwise 1x1 qnnx.conv (exact per-channel factor)
     MatMul, Gemm (+bias)                         -> qnnx.matmul, int32 accumulator, scale sa*sb
     Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type
     Mul/Div by a positive scalar constant        -> no op: the affine type's scale changes
@@ -232,6 +233,36 @@ def _conv_transpose(node, ctx):
     if bias is not None:
         inputs.append(bias)
     return [Affine(ctx.b.op("conv_transpose", inputs, domain=DOMAIN, **at), acc_type)]
+
+
+@fq2i_rule("BatchNormalization")
+def _batch_norm(node, ctx):
+    """Inference BatchNormalization is a per-channel ``a * x + b``: a depthwise 1x1 qnnx.conv whose
+    int8 weights are +-127 with per-channel scale ``|a| / 127`` (so ``a`` is exact) and an int32 bias."""
+    x = _per_tensor(ctx.affine(node.inputs[0]))
+    if _attrs(node, "training_mode").get("training_mode", 0) or len(node.outputs) > 1:
+        raise Unsupported("training-mode BatchNormalization")
+    params = [ctx.real_const(v) for v in node.inputs[1:5]]
+    if any(p is None for p in params):
+        raise Unsupported("BatchNormalization parameters are not constants")
+    gamma, beta, mean, var = (np.asarray(p, np.float32) for p in params)
+    eps = np.float32(_attrs(node, "epsilon").get("epsilon", 1e-5))
+    a = (gamma / np.sqrt(var + eps)).astype(np.float32)
+    shift = (beta - mean * a).astype(np.float32)
+    rank = ctx.rank(node.inputs[0])
+    if rank is None:
+        raise Unsupported("input rank unknown")
+    channels = a.size
+    w = np.where(a > 0, 127, np.where(a < 0, -127, 0)).astype(np.int8).reshape(channels, 1, *([1] * (rank - 2)))
+    w_scale = np.where(a != 0, np.abs(a) / np.float32(127), np.float32(1)).astype(np.float32)
+    acc_scale = (x.type.scale * w_scale).astype(np.float32)
+    bias = numerics.quantize(shift, acc_scale, 0, axis=0, out_dtype="int32")
+    inputs = [x.value, ctx.b.const(w, "bn_weight"), *_qparam_inputs(ctx, x.type, "x"),
+              ctx.b.const(w_scale, "bn_weight_scale"), ctx.b.const(np.zeros(channels, np.int32), "bn_weight_zp"),
+              ctx.b.const(bias, "bn_bias")]
+    acc = ctx.b.op("conv", inputs, domain=DOMAIN, group=channels)
+    acc.shape = ir.Shape([None] * rank)  # per-channel on axis 1: later passes need the rank
+    return [Affine(acc, AffineType(acc_scale, np.zeros(channels, np.int64), INT32, 1))]
 
 
 def _matmul_acc(ctx: Context, a: Affine, w: Affine, bias: ir.Value | None) -> Affine:

@@ -38,7 +38,12 @@ class Builder:
         self.graph = graph
         self.prefix = prefix or "qnnx"
         self.nodes: list[ir.Node] = []
-        self._taken = _all_names(graph)
+        # One name set per graph, shared by every Builder of every pass (collecting it per
+        # node made passes quadratic). Names only ever get added, so it never goes stale
+        # for uniqueness purposes.
+        if "qnnx.names" not in graph.meta:
+            graph.meta["qnnx.names"] = _all_names(graph)
+        self._taken = graph.meta["qnnx.names"]
         self._counter = itertools.count()
 
     def name(self, hint: str) -> str:

@@ -469,15 +469,16 @@ def _concat(node, a, b):
 
     ys, yz = _const(node, 0, "y_scale"), _const(node, 1, "y_zero_point")
     xs = node.inputs[2::3]
-    rank = _rank(xs[0], "inputs")
+    rank = _rank(xs[0], "inputs", like=node.outputs[0])
     ax = numerics.normalize_axis(a["axis"], rank)
     qax = numerics.normalize_axis(a["quant_axis"], rank, "quant_axis")
+    along = qax == ax and np.asarray(ys).size * np.asarray(yz).size > 1
     sizes = []
     for x in xs:
-        if qax == ax and (x.shape is None or not isinstance(x.shape[ax], int)):
+        if along and (x.shape is None or not isinstance(x.shape[ax], int)):
             raise QnnxError("per-axis concat qparams need static sizes along the concat axis")
         sizes.append(x.shape[ax] if x.shape is not None else 0)
-    targets = concat_output_qparams(ys, yz, sizes, qax == ax)
+    targets = concat_output_qparams(ys, yz, sizes, along)
     out_t = int_type(a["out_dtype"])
     parts = []
     for k, (x, (ts, tz)) in enumerate(zip(xs, targets)):
@@ -509,10 +510,9 @@ def _softmax(node, a, b):
     numerics.check_zero_point(zy, out_t, "y_zero_point")
     f64 = ir.DataType.DOUBLE
     x32 = b.op("Cast", [x], to=ir.DataType.INT32)
-    axes = la.i64(b, [a["axis"]], "axis")
-    d = b.op("Sub", [b.op("ReduceMax", [x32, axes], keepdims=1), x32], hint="diff_to_max")
+    d = b.op("Sub", [la.reduce(b, "ReduceMax", x32, [a["axis"]], "max"), x32], hint="diff_to_max")
     e = b.op("Gather", [la.i64(b, numerics.softmax_exp_table(sx, t.bits), "exp_table"), d], axis=0, hint="exp")
-    total = b.op("ReduceSum", [e, axes], keepdims=1, hint="exp_sum")
+    total = la.reduce(b, "ReduceSum", e, [a["axis"]], "exp_sum")
     p = b.op("Div", [b.op("Cast", [e], to=f64), b.op("Cast", [total], to=f64)], hint="probability")
     v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
@@ -532,7 +532,13 @@ def _pool_rescale(b, node, sums, count, rounding, compute):
     numerics.check_scale(sy, "y_scale")
     numerics.check_zero_point(zy, t, "y_zero_point")
     sx, sy, zy = (_along(p, rank, 1, n) for p, n in ((sx, "x_scale"), (sy, "y_scale"), (zy, "y_zero_point")))
-    mult = sx.astype(np.float64) / (np.asarray(count, np.float64) * sy.astype(np.float64))
+    if isinstance(count, ir.Value):  # dynamic spatial dims: the same float64 steps at run time
+        f64 = ir.DataType.DOUBLE
+        mult = b.op("Div", [b.const(sx.astype(np.float64), "x_scale_f64"),
+                            b.op("Mul", [b.op("Cast", [count], to=f64), b.const(sy.astype(np.float64), "y_scale_f64")])],
+                    hint="multiplier_f64")
+    else:
+        mult = sx.astype(np.float64) / (np.asarray(count, np.float64) * sy.astype(np.float64))
     r = la.scale_and_round(b, sums, mult, rounding=rounding, compute=compute)
     return _add_zero_point_and_cast(b, r, zy.astype(np.int64), t)
 
@@ -542,13 +548,16 @@ def _global_avg_pool(node, a, b):
     x = node.inputs[0]
     rank = _rank(x, "x")
     spatial = list(x.shape)[2:]
-    if not all(isinstance(d, int) for d in spatial):
-        raise QnnxError("global_avg_pool needs static spatial dims to lower (the divisor is a constant)")
+    if all(isinstance(d, int) for d in spatial):
+        count = int(np.prod(spatial))
+    else:  # element count of the spatial dims, at run time
+        shape = b.op("Slice", [b.op("Shape", [x]), la.i64(b, [2], "two"), la.i64(b, [rank], "rank")],
+                     hint="spatial_shape")
+        count = b.op("ReduceProd", [shape], keepdims=0, hint="count")
     zx = _along(np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64), rank, 1, "x_zero_point")
     centered = _sub_zero_point(b, x, zx)
-    sums = b.op("ReduceSum", [centered, la.i64(b, list(range(2, rank)), "spatial_axes")], keepdims=1,
-                hint="window_sum")
-    return [_pool_rescale(b, node, sums, int(np.prod(spatial)), a["rounding"], a["compute"])]
+    sums = la.reduce(b, "ReduceSum", centered, list(range(2, rank)), "window_sum")
+    return [_pool_rescale(b, node, sums, count, a["rounding"], a["compute"])]
 
 
 @lower_rule("avg_pool")
@@ -557,11 +566,20 @@ def _avg_pool(node, a, b):
 
     x = node.inputs[0]
     t = _dtype(x, "x")
-    if x.shape is None or not all(isinstance(d, int) for d in x.shape):
-        raise QnnxError("avg_pool needs a static input shape to lower (divisors are constants)")
+    if x.shape is None or not isinstance(x.shape[1], int):
+        raise QnnxError("avg_pool needs a static channel count to lower")
     shape = tuple(x.shape)
-    win = window(shape[2:], a["kernel_shape"], a["strides"], None, a["pads"], a["auto_pad"])
     channels = shape[1]
+    if all(isinstance(d, int) for d in shape[2:]):
+        win = window(shape[2:], a["kernel_shape"], a["strides"], None, a["pads"], a["auto_pad"])
+    elif a["auto_pad"] in ("NOTSET", "VALID"):  # dynamic spatial dims: fine while divisors are constant
+        n = len(a["kernel_shape"])
+        pads = [0] * (2 * n) if a["auto_pad"] == "VALID" else list(a["pads"] or [0] * (2 * n))
+        if any(pads) and not a["count_include_pad"]:
+            raise QnnxError("avg_pool with pads and count_include_pad=0 needs static spatial dims to lower")
+        win = window((1 << 20,) * n, a["kernel_shape"], a["strides"], None, pads, "NOTSET")
+    else:
+        raise QnnxError("avg_pool with auto_pad SAME_* needs static spatial dims to lower")
     zx = np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64).reshape(-1)
     numerics.check_zero_point(zx, t, "x_zero_point")
     attrs = dict(pads=list(win.pads), strides=list(win.strides), group=channels)
@@ -570,6 +588,8 @@ def _avg_pool(node, a, b):
         # Padding ConvInteger inserts is the zero point itself: padded taps contribute 0.
         sums = _conv_integer(b, x, int(zx[0]), t, ones, 0, np.uint8, attrs)
     else:
+        if not all(isinstance(d, int) for d in shape[2:]):
+            raise QnnxError("avg_pool with per-channel zero points needs static spatial dims to lower")
         raw = _conv_integer(b, x, 0, t, ones, 0, np.uint8, attrs)
         valid = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
         sums = b.op("Sub", [raw, b.const((zx.reshape(1, -1, *([1] * len(win.kernel))) * valid).astype(np.int32),

@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from qnnx import numerics
 from qnnx.dtypes import IntType
+from qnnx.errors import QnnxError
 from qnnx.ir import Builder
 
 I64 = ir.DataType.INT64
@@ -64,6 +65,16 @@ def saturate_cast(b: Builder, x: ir.Value, dtype: IntType) -> ir.Value:
     """int64 -> ``dtype`` with clipping to its range (numerics.saturate)."""
     y = clamp_i64(b, x, dtype.qmin, dtype.qmax, f"sat_{dtype.name}")
     return b.op("Cast", [y], to=dtype.onnx, hint=f"to_{dtype.name}")
+
+
+def reduce(b: Builder, op: str, x: ir.Value, axes: list[int], hint: str) -> ir.Value:
+    """ReduceSum/ReduceMax keeping dims, in the form the graph's opset wants (axes became an
+    input in opset 13 for ReduceSum and 18 for the others)."""
+    opset = b.graph.opset_imports.get("", 18)
+    as_input = opset >= (13 if op == "ReduceSum" else 18)
+    if as_input:
+        return b.op(op, [x, i64(b, axes, "axes")], keepdims=1, hint=hint)
+    return b.op(op, [x], axes=list(axes), keepdims=1, hint=hint)
 
 
 # --------------------------------------------------------------------------- float rounding
@@ -141,16 +152,23 @@ def _rounding_divide_by_pot(b: Builder, x: ir.Value, exponent: np.ndarray) -> ir
     return b.op("Add", [floor, bool_to_i64(b, b.op("Greater", [rem, threshold]))], hint="rdbpot")
 
 
-def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray, *, rounding: str, compute: str,
+def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray | ir.Value, *, rounding: str, compute: str,
                     acc_bits: int = 32) -> ir.Value:
-    """numerics.scale_and_round: int64 ``x`` times a constant real multiplier (broadcast-shaped), rounded."""
+    """numerics.scale_and_round: int64 ``x`` times a real multiplier (broadcast-shaped), rounded.
+
+    The multiplier is a constant, or — float compute only — a float64 value computed at run
+    time (the float64 -> float32 rounding numerics applies happens here in the graph too)."""
     numerics.check_rounding(rounding)
     numerics.check_compute(compute)
     x = saturate_acc(b, x, acc_bits)
     if compute == "float":
-        v = b.op("Mul", [to_f32(b, x), f32(b, np.asarray(multiplier).astype(np.float32), "multiplier")],
-                 hint="scaled")
+        m = (b.op("Cast", [multiplier], to=F32, hint="multiplier_f32") if isinstance(multiplier, ir.Value)
+             else f32(b, np.asarray(multiplier).astype(np.float32), "multiplier"))
+        v = b.op("Mul", [to_f32(b, x), m], hint="scaled")
         return float_to_i64(b, round_float(b, v, rounding))
+    if isinstance(multiplier, ir.Value):
+        raise QnnxError("fixed_point needs a constant multiplier (static shapes): use compute='float' "
+                        "or give the model static dims")
     m, shift = numerics.quantize_multiplier(multiplier)
     if rounding == "tflite":
         left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
