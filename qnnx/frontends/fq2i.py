@@ -89,14 +89,33 @@ class Context:
         return v is not None and v in self.env
 
     def output_type(self, v: ir.Value) -> AffineType:
-        """The type of the quantize consuming ``v``: all its consumers must be quantizes of one type."""
-        users = [u.node for u in v.uses()]
-        types = [_quantize_type(u) for u in users]
-        if not users or any(t is None for t in types) or v.is_graph_output():
+        """The type of the quantize(s) consuming ``v`` — directly, or through ops that only move data
+        (a Reshape between an op and its quantize is common, e.g. after opset conversion). All must
+        agree."""
+        types = self._quantize_types(v, depth=0)
+        if not types:
             raise Unsupported("output is not quantized (no quantize consumes it)")
         if any(not t.same_as(types[0]) for t in types[1:]):
             raise Unsupported("output is quantized with different qparams by its consumers")
         return types[0]
+
+    def _quantize_types(self, v: ir.Value, depth: int) -> list[AffineType]:
+        users = [u.node for u in v.uses()]
+        if not users or v.is_graph_output() or depth > 8:
+            return []
+        types = []
+        for u in users:
+            t = _quantize_type(u)
+            if t is None and u.op_type in _PASS_THROUGH and len(u.outputs) == 1 and u.inputs[0] is v:
+                inner = self._quantize_types(u.outputs[0], depth + 1)
+                if not inner:
+                    return []
+                types += inner
+            elif t is None:
+                return []
+            else:
+                types.append(t)
+        return types
 
     def rank(self, v: ir.Value) -> int | None:
         """``v``'s rank, from its shape or, when inference lost it, from the producers: elementwise
@@ -191,9 +210,7 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
                 continue
             graph.insert_before(node, b.nodes)
             new.shape = new.shape or node.outputs[0].shape or src.value.shape
-            ir.convenience.replace_all_uses_with(node.outputs[0], new, replace_graph_outputs=False)
-            if node.outputs[0].is_graph_output():
-                _replace_graph_output(graph, node.outputs[0], new)
+            _replace_value(graph, node.outputs[0], new)
             env[node.outputs[0]] = _typed(Affine(new, target))
             continue
         rule = FQ2I_RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -221,6 +238,7 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
                         new.value.shape = ir.Shape([None] * rank)  # per-axis types need the rank later
                 env[old] = _typed(new)
         report.converted[node.op_type] = report.converted.get(node.op_type, 0) + 1
+        reasons[node] = "converted, but a float consumer still uses its float output"
     _remove_dead_nodes(graph)
     _collect_float_leftovers(graph, reasons, report)
     if strict and report.left_in_float:
@@ -236,27 +254,38 @@ def _fold_constant_quantize(graph: ir.Graph, node: ir.Node, target: AffineType) 
                           axis=target.axis if target.axis is not None else -1)
     b = Builder(graph, node.name or "quantize")
     folded = b.const(q, "folded")
-    ir.convenience.replace_all_uses_with(node.outputs[0], folded, replace_graph_outputs=False)
-    if node.outputs[0].is_graph_output():
-        _replace_graph_output(graph, node.outputs[0], folded)
+    _replace_value(graph, node.outputs[0], folded)
 
 
 def _with_shapes(m: ir.Model) -> ir.Model:
-    """ONNX shape inference on the incoming (standard-ops) model: rules need ranks and dtypes
-    that exporters often leave out. Failing inference is not fatal: rules then say what is missing."""
+    """Opset >= 13 (integer Clip/MaxPool and per-axis Q/DQ need it; converted with ONNX's version
+    converter at this boundary) and ONNX shape inference on the incoming standard-ops model: rules
+    need ranks and dtypes that exporters often leave out. Failing inference is not fatal: rules
+    then say what is missing."""
+    opset = m.opset_imports.get("", 13)
+    if opset < 13:
+        import onnx.version_converter
+
+        try:
+            m = ir.from_proto(onnx.version_converter.convert_version(ir.to_proto(m), 13))
+        except Exception as e:  # C++ converter errors
+            raise QnnxError(f"cannot convert opset {opset} to 13: {str(e).splitlines()[0][:200]}") from None
     try:
         return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # inference is best effort; the model itself was already validated by loading
         return m
 
 
-def _replace_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
-    """A graph output keeps its name: rename the new value and swap it in."""
-    name = old.name
-    idx = list(graph.outputs).index(old)
-    old.name = None
-    new.name = name
-    graph.outputs[idx] = new
+def _replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
+    """Every use of ``old`` moves to ``new``; a graph output keeps its name (``new`` takes it)."""
+    if old.is_graph_output():
+        name = old.name
+        for idx, out in enumerate(list(graph.outputs)):
+            if out is old:
+                graph.outputs[idx] = new
+        old.name = f"{name}_replaced"
+        new.name = name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=False)
 
 
 def _remove_dead_nodes(graph: ir.Graph) -> None:
@@ -278,6 +307,7 @@ def _feeds_quantize(v: ir.Value) -> bool:
     return any(u.node.domain == DOMAIN and u.node.op_type == "quantize" for u in v.uses())
 
 
+_PASS_THROUGH = {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
 _WEIGHT_RANK_OPS = {"conv", "conv_transpose", "Conv", "ConvTranspose"}
 _RANK_KEEPING_OPS = {"requantize", "quantize", "dequantize", "simulated_quantize", "simulated_dequantize", "lut",
                      "add", "sub", "mul", "Clip", "Relu", "Sigmoid", "HardSigmoid", "Mul", "Add", "Sub", "Div",
@@ -286,11 +316,24 @@ _DATA_OPS = {"Shape", "Constant", "Identity", "Cast", "Size"}
 
 
 def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> None:
-    """Float compute ops still sitting between a dequantize and a quantize."""
-    for node in graph:
-        if node.domain == DOMAIN or node.op_type in _DATA_OPS:
-            continue
-        if any(_is_dequantized(v) for v in node.inputs) and any(_feeds_quantize(o) for o in node.outputs):
+    """Float compute ops inside a quantized region: reachable from a dequantize through float ops,
+    and reaching a quantize through float ops."""
+    def is_q(n, op):
+        return n.domain == DOMAIN and n.op_type == op
+
+    nodes = [n for n in graph if n.domain != DOMAIN]
+    after_dq: set[ir.Node] = set()
+    for n in nodes:  # topological order: one forward sweep
+        if any(_is_dequantized(v) or (v is not None and v.producer() in after_dq) for v in n.inputs):
+            after_dq.add(n)
+    before_q: set[ir.Node] = set()
+    for n in reversed(nodes):
+        for o in n.outputs:
+            if any(is_q(u.node, "quantize") or u.node in before_q for u in o.uses()):
+                before_q.add(n)
+                break
+    for node in nodes:
+        if node in after_dq and node in before_q and node.op_type not in _DATA_OPS:
             why = reasons.get(node) or ("no integer rule for this op" if node.op_type not in FQ2I_RULES
                                         else "inputs are not quantized with constant qparams")
             report.left_in_float.append((node.name or node.op_type, node.op_type, why))

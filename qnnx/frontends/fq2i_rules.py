@@ -113,27 +113,44 @@ def _pad(node, ctx):
 
 
 def _integer_clip(ctx: Context, x: Affine, lo: float | None, hi: float | None) -> Affine:
+    """Clamp to the quantized bounds: a Clip with scalar bounds for per-tensor types, Max/Min with
+    per-channel bound vectors for per-axis types (an accumulator behind per-channel weights)."""
     t = x.type
     dt = t.dtype
 
     def q(v, default):
         if v is None:
-            return default
-        return int(numerics.quantize(np.float32(v), t.scale, t.zero_point, out_dtype=dt.name))
+            return None if not t.per_tensor else np.asarray(default)
+        # one bound per channel: a 1-D array quantized along its only axis
+        return numerics.quantize(np.full(t.scale.shape, v, np.float32), t.scale, t.zero_point,
+                                 axis=0 if not t.per_tensor else -1, out_dtype=dt.name)
 
-    bounds = [ctx.b.const(np.asarray(q(lo, dt.qmin), dtype=dt.numpy), "clip_min"),
-              ctx.b.const(np.asarray(q(hi, dt.qmax), dtype=dt.numpy), "clip_max")]
-    return Affine(ctx.b.op("Clip", [x.value, *bounds]), t)
+    lo_q, hi_q = q(lo, dt.qmin), q(hi, dt.qmax)
+    if t.per_tensor:
+        bounds = [ctx.b.const(np.asarray(lo_q, dtype=dt.numpy).reshape(()), "clip_min"),
+                  ctx.b.const(np.asarray(hi_q, dtype=dt.numpy).reshape(()), "clip_max")]
+        return Affine(ctx.b.op("Clip", [x.value, *bounds]), t)
+    rank = ctx.rank(x.value)
+    if rank is None:
+        raise Unsupported("per-axis clamp needs the input rank")
+    shape = [1] * rank
+    shape[t.axis % rank] = t.scale.size
+    y = x.value
+    if lo_q is not None:
+        y = ctx.b.op("Max", [y, ctx.b.const(np.asarray(lo_q, dtype=dt.numpy).reshape(shape), "clip_min")])
+    if hi_q is not None:
+        y = ctx.b.op("Min", [y, ctx.b.const(np.asarray(hi_q, dtype=dt.numpy).reshape(shape), "clip_max")])
+    return Affine(y, t)
 
 
 @fq2i_rule("Relu")
 def _relu(node, ctx):
-    return [_integer_clip(ctx, _per_tensor(ctx.affine(node.inputs[0])), 0.0, None)]
+    return [_integer_clip(ctx, ctx.affine(node.inputs[0]), 0.0, None)]
 
 
 @fq2i_rule("Clip")
 def _clip(node, ctx):
-    x = _per_tensor(ctx.affine(node.inputs[0]))
+    x = ctx.affine(node.inputs[0])
     if "min" in node.attributes or "max" in node.attributes:  # opset < 11
         lo, hi = _attrs(node, "min").get("min"), _attrs(node, "max").get("max")
     else:
