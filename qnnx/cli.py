@@ -45,6 +45,19 @@ def _cmd_lower(args) -> str:
     return f"wrote {out} ({model.graph.num_nodes()} standard ONNX ops, no qnnx ops)"
 
 
+def _cmd_quantize(args) -> str:
+    from qnnx.autoquant import QuantConfig, quantize
+
+    out = _output_path(args.model, args.output)
+    config = QuantConfig(method=args.method, percentile=args.percentile, activation_dtype=args.activation_dtype,
+                         per_channel=args.per_channel, exclude_nodes=tuple(args.exclude_node),
+                         exclude_op_types=tuple(args.exclude_op), num_samples=args.num_samples, seed=args.seed,
+                         sqnr_threshold_db=args.sqnr_threshold, progress=not args.quiet)
+    qm = quantize(args.model, args.calib, config)
+    qm.save(out, format=args.format)
+    return f"{qm.report.summary()}\nwrote {out} ({args.format})"
+
+
 def _cmd_ops(args) -> str:
     from qnnx.dialect import REGISTRY
 
@@ -53,6 +66,8 @@ def _cmd_ops(args) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, QuantConfig
+
     p = argparse.ArgumentParser(prog="qnnx", description="Exact integer quantization of ONNX graphs.")
     p.add_argument("--version", action="version", version=f"qnnx {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -68,6 +83,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", help="input .onnx file with qnnx and/or ONNX quantization ops (never modified)")
     s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
     s.set_defaults(func=_cmd_lower)
+
+    s = sub.add_parser("quantize", help="quantize a float model with calibration samples (static, int8)")
+    s.add_argument("model", help="float .onnx model (never modified)")
+    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
+    s.add_argument("--calib", required=True, metavar="DIR",
+                   help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")
+    s.add_argument("--format", choices=("qdq", "qnnx", "lowered"), default="qdq",
+                   help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively (default); qnnx: the "
+                        "canonical integer model; lowered: the canonical model in standard ONNX ops")
+    s.add_argument("--method", choices=METHODS, default=QuantConfig.method, help="activation calibration method")
+    s.add_argument("--percentile", type=float, default=QuantConfig.percentile, help="for --method percentile")
+    s.add_argument("--activation-dtype", choices=ACTIVATION_DTYPES, default=QuantConfig.activation_dtype)
+    s.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="per-channel weight scales (default on)")
+    s.add_argument("--exclude-node", action="append", default=[], metavar="NAME", help="keep this node in float")
+    s.add_argument("--exclude-op", action="append", default=[], metavar="OP_TYPE", help="keep this op type in float")
+    s.add_argument("--num-samples", type=int, default=None, help="use at most this many calibration samples")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--sqnr-threshold", type=float, default=None, metavar="DB",
+                   help="keep patterns whose output SQNR is below DB in float")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    s.set_defaults(func=_cmd_quantize)
 
     s = sub.add_parser("ops", help="list the qnnx dialect's ops")
     s.set_defaults(func=_cmd_ops)

@@ -139,12 +139,13 @@ def round_float(v: np.ndarray, rounding: str) -> np.ndarray:
     v = np.asarray(v)
     if rounding == "half_even":
         return np.rint(v)
-    if rounding == "upward":
-        f = np.floor(v)
-        return f + (v - f >= 0.5).astype(v.dtype)
-    a = np.abs(v)  # tonearest and tflite: ties away from zero
-    f = np.floor(a)
-    return np.copysign(f + (a - f >= 0.5).astype(v.dtype), v)
+    with np.errstate(invalid="ignore"):  # inf - inf = nan in the tie test; inf itself is kept
+        if rounding == "upward":
+            f = np.floor(v)
+            return f + (v - f >= 0.5).astype(v.dtype)
+        a = np.abs(v)  # tonearest and tflite: ties away from zero
+        f = np.floor(a)
+        return np.copysign(f + (a - f >= 0.5).astype(v.dtype), v)
 
 
 def rounding_right_shift(p: np.ndarray, n: np.ndarray, rounding: str) -> np.ndarray:
@@ -353,6 +354,9 @@ def _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale
                      axis, out_dtype):
     a, b = np.asarray(a), np.asarray(b)
     ta, tb, ty = int_type(a.dtype), int_type(b.dtype), int_type(out_dtype)
+    for t, name in ((ta, "a"), (tb, "b")):
+        if t.bits > 16:  # the fixed-point schemes' headroom shifts assume 8/16-bit operands
+            raise QnnxError(f"{name} has dtype {t.name}; add/sub/mul take operands of 16 bits or fewer")
     try:
         shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError:

@@ -483,9 +483,8 @@ def binary_cases(draw, op):
     b_shape = shape[draw(st.integers(0, ndim - 1)):] if draw(st.booleans()) else shape
     axis = draw(st.integers(-ndim, ndim - 1))
     n = shape[axis]
-    # mul with 16-bit operands: keep TFLite's symmetric int16 (zero point 0) so |a'*b'| < 2**31 (see the
-    # separate xfail test for products beyond int32).
-    names = ("int8", "uint8", "int16") if op == "mul" else ("int8", "uint8", "int16", "uint16")
+    # 16-bit operands with any zero point: mul's product a'*b' reaches 2**32 (beyond int32)
+    names = ("int8", "uint8", "int16", "uint16")
     ta, tb = draw(st.sampled_from(names)), draw(st.sampled_from(names))
     ty = draw(st.sampled_from(("int8", "uint8", "int16")))
 
@@ -494,8 +493,6 @@ def binary_cases(draw, op):
         return np.array(vals, INT_RANGES[t][0]).reshape(shp)
 
     def zp(t):
-        if op == "mul" and t == "int16":
-            return draw(st.just(0) | st.just(np.zeros(n, np.int32)))
         if draw(st.booleans()):
             return draw(values_of(t))
         return np.array(draw(st.lists(values_of(t), min_size=n, max_size=n)), np.int32)
@@ -635,6 +632,20 @@ def test_mul_uint16_product_beyond_int32(compute):
     y = numerics.mul(a, np.float32(1), 0, a, np.float32(1), 0, np.float32(2 ** 17), 0, out_dtype="uint16",
                      compute=compute)
     assert ints(y) == [32767]
+    # int16 with nonzero zero points: a' = 65535, b' = -65535, product -4294836225 -> -32767.0000076
+    y = numerics.mul(np.array([32767], np.int16), np.float32(1), -32768, np.array([-32768], np.int16),
+                     np.float32(1), 32767, np.float32(2 ** 17), 0, out_dtype="int16", compute=compute)
+    assert ints(y) == [-32767]
+
+
+@pytest.mark.parametrize("compute", COMPUTE_MODES)
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_32bit_operands_are_rejected(compute, op):
+    # The fixed-point schemes' headroom shifts assume 8/16-bit operands: int32 is refused, never silently saturated.
+    a = np.array([100000], np.int32)
+    with pytest.raises(QnnxError, match="int32; add/sub/mul take operands of 16 bits or fewer"):
+        getattr(numerics, op)(a, np.float32(1), 0, a, np.float32(1), 0, np.float32(1000), 0, out_dtype="int16",
+                              compute=compute)
 
 
 # --------------------------------------------------------------------------- errors

@@ -1,0 +1,114 @@
+"""Calibration samples: a directory of .npy/.npz files or any iterable of arrays / feed dicts,
+validated against the model's inputs one sample at a time (nothing is held in memory)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx.errors import QnnxError
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple  # ints for static dims, None for dynamic ones
+
+
+def input_specs(model: ir.Model) -> list[InputSpec]:
+    specs = []
+    for v in model.graph.inputs:
+        if v.name in model.graph.initializers:
+            continue
+        # symbolic dims and the -1/0 some exporters write for "dynamic" are not checked
+        shape = tuple(d if isinstance(d, int) and d > 0 else None for d in v.shape) if v.shape is not None else None
+        specs.append(InputSpec(v.name, shape))
+    return specs
+
+
+def _files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise QnnxError("calibration path is not a directory", where=str(directory))
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".npy", ".npz"))
+    if not files:
+        raise QnnxError("no .npy or .npz calibration files", where=str(directory))
+    return files
+
+
+def _load_file(path: Path, specs: list[InputSpec]) -> dict[str, np.ndarray]:
+    try:
+        if path.suffix == ".npy":
+            if len(specs) != 1:
+                raise QnnxError(f".npy samples need a single-input model; this one has inputs "
+                                f"{', '.join(s.name for s in specs)}: use .npz keyed by input name", where=str(path))
+            return {specs[0].name: np.load(path, allow_pickle=False)}
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except QnnxError:
+        raise
+    except Exception as e:  # numpy raises ValueError/OSError/zipfile errors for bad files
+        raise QnnxError(f"cannot read calibration sample ({type(e).__name__}: {e})", where=str(path)) from None
+
+
+def _validate(feed: dict[str, np.ndarray], specs: list[InputSpec], where: str) -> dict[str, np.ndarray]:
+    names = {s.name for s in specs}
+    missing, extra = sorted(names - set(feed)), sorted(set(feed) - names)
+    if missing or extra:
+        detail = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                       f"unknown {', '.join(extra)}" if extra else "") if x)
+        raise QnnxError(f"sample does not match the model inputs ({detail}); expected {', '.join(sorted(names))}",
+                        where=where)
+    out = {}
+    for s in specs:
+        a = np.asarray(feed[s.name])
+        if a.dtype.kind != "f":
+            raise QnnxError(f"input {s.name!r} has dtype {a.dtype}; expected float", where=where)
+        if s.shape is not None:
+            if a.ndim != len(s.shape) or any(d is not None and d != n for d, n in zip(s.shape, a.shape)):
+                want = "x".join("?" if d is None else str(d) for d in s.shape)
+                raise QnnxError(f"input {s.name!r} has shape {'x'.join(map(str, a.shape))}, model expects {want}",
+                                where=where)
+        if a.size == 0:
+            raise QnnxError(f"input {s.name!r} is empty", where=where)
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise QnnxError(f"input {s.name!r} has {bad} NaN/Inf value(s)", where=where)
+        out[s.name] = a.astype(np.float32, copy=False)
+    return out
+
+
+def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Validated feed dicts, one at a time."""
+    if isinstance(calibration, (str, os.PathLike)):
+        items: Iterable = ((str(p), _load_file(p, specs)) for p in _files(Path(calibration)))
+    else:
+        try:
+            source = iter(calibration)
+        except TypeError:
+            raise QnnxError(f"calibration must be a directory or an iterable of samples, "
+                            f"got {type(calibration).__name__}") from None
+
+        def numbered():
+            for i, s in enumerate(source):
+                if isinstance(s, dict):
+                    yield f"calibration sample {i}", s
+                elif len(specs) == 1:
+                    yield f"calibration sample {i}", {specs[0].name: s}
+                else:
+                    raise QnnxError(f"calibration sample {i} is an array but the model has several inputs; "
+                                    "give dicts keyed by input name")
+
+        items = numbered()
+    n = 0
+    for where, feed in items:
+        if limit is not None and n >= limit:
+            return
+        yield _validate(feed, specs, where)
+        n += 1
+    if n == 0:
+        raise QnnxError("calibration data is empty")

@@ -1,0 +1,290 @@
+"""Automatic static quantization: prepare -> match patterns -> calibrate -> realize -> fall back.
+
+    prepare      opset >= 13, constants folded, BatchNorm folded, shapes inferred (prepare.py)
+    match        every node offered to the patterns anchored on its op type (patterns.py)
+    calibrate    the float model on ONNX Runtime with every quantized value as an output,
+                 streamed sample by sample into one observer per qparam group (memory flat)
+    realize      QuantizeLinear/DequantizeLinear with the chosen qparams (qdq.py): the QDQ model;
+                 fake-quantization-to-integer turns it into the canonical qnnx integer model,
+                 expanding affine regions and consolidating dequantize->quantize into requantize
+    fall back    patterns whose output SQNR (quantized vs float, on calibration samples) is
+                 below ``sqnr_threshold_db`` are returned to float, and the model re-realized
+
+Values that only move data (Reshape, Transpose, MaxPool, ...) share the qparams of the value
+they come from, so the integer model needs no requantize around them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
+from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, patterns_for
+from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.qdq import realize_qdq
+from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
+from qnnx.errors import QnnxError
+from qnnx.ir import const_array, save_model
+
+# Ops whose output is an exact subset/rearrangement of their input's values.
+SHARES_QPARAMS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather",
+                  "MaxPool", "Identity", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"}
+
+
+@dataclass
+class Plan:
+    matches: list[PatternMatch]
+    groups: dict[ir.Value, ir.Value]  # activation value -> the root value whose qparams it shares
+    decisions: list[Decision] = field(default_factory=list)
+
+
+def _nearest_value(node: ir.Node) -> str:
+    return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
+
+
+def plan(model: ir.Model, config: QuantConfig) -> Plan:
+    matches, decisions = [], []
+    claimed: set[ir.Node] = set()
+    excluded_nodes = set(config.exclude_nodes)
+    for node in model.graph:
+        if node in claimed or node.domain not in ("", "ai.onnx"):
+            continue
+        candidates = patterns_for(node.op_type)
+        if not candidates:
+            continue
+        name = _nearest_value(node)
+        if node.name in excluded_nodes or node.op_type in config.exclude_op_types:
+            decisions.append(Decision(name, node.op_type, False, "excluded by the user"))
+            continue
+        reasons = []
+        for pattern in candidates:
+            m = pattern.match(node)
+            if isinstance(m, MatchFail):
+                reasons.append(f"{pattern.name}: {m.reason}")
+                continue
+            if any(n in claimed for n in m.nodes):
+                reasons.append(f"{pattern.name}: overlaps another pattern")
+                continue
+            if any(n.name in excluded_nodes or n.op_type in config.exclude_op_types for n in m.nodes[1:]):
+                m = PatternMatch(m.pattern, m.nodes[:1], m.inputs, (Target(m.nodes[0].outputs[0], "activation"),),
+                                 m.bias)
+            claimed.update(m.nodes)
+            matches.append(m)
+            decisions.append(Decision(name, node.op_type, True, f"pattern {m.pattern}", m.pattern))
+            break
+        else:
+            decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
+    return Plan(matches, _share_groups(matches), decisions)
+
+
+def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
+    """Map each quantized activation to the value whose qparams it reuses (itself, or the source of
+    a data-movement chain that is itself quantized)."""
+    targets = {t.value for m in matches for t in (*m.inputs, *m.outputs) if t.role == "activation"
+               and t.fixed_range is None}
+    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None}
+    groups = {}
+    for v in targets:
+        root, cur = v, v
+        for _ in range(32):
+            p = cur.producer()
+            if p is None or p.op_type not in SHARES_QPARAMS or not p.inputs or p.inputs[0] is None:
+                break
+            cur = p.inputs[0]
+            if cur in targets or cur in fixed:
+                root = cur
+        groups[v] = root
+    return groups
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _progress(enabled: bool, done: int, total: int | None, started: float) -> None:
+    if not enabled:
+        return
+    elapsed = time.perf_counter() - started
+    if total:
+        eta = elapsed / max(done, 1) * (total - done)
+        msg = f"\rcalibrating {done}/{total} samples, {elapsed:.1f}s elapsed, ~{eta:.0f}s left"
+    else:
+        msg = f"\rcalibrating {done} samples, {elapsed:.1f}s elapsed"
+    print(msg, end="", file=sys.stderr, flush=True)
+
+
+def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.InferenceSession:
+    """An ORT session of ``model`` that also returns ``values`` (a copy: the caller's model is unchanged)."""
+    proto = ir.to_proto(model)
+    existing = {o.name for o in proto.graph.output}
+    import onnx
+
+    for v in values:
+        if v.name not in existing:
+            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(v.name))
+            existing.add(v.name)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig) -> tuple[dict, int, float]:
+    """One observer per qparam group, fed sample by sample. Returns (qparams by root value, samples, seconds)."""
+    # Only roots are observed: a group's other members come from the root through ops that only move
+    # data (Reshape, MaxPool, Slice...), so their values are a subset of the root's.
+    roots = sorted(set(the_plan.groups.values()), key=lambda v: v.name)
+    obs_cfg = ObserverConfig(method=config.method, dtype=config.activation_dtype,
+                             symmetric=config.activation_symmetric, percentile=config.percentile)
+    observers = {r: make_observer(obs_cfg) for r in roots}
+    sess = _session_with_outputs(model, roots)
+    names = [v.name for v in roots]
+    started = time.perf_counter()
+    specs = input_specs(model)
+    n = 0
+    for feed in iter_samples(calibration, specs, config.num_samples):
+        for r, out in zip(roots, sess.run(names, feed)):
+            try:
+                observers[r].observe(out)
+            except QnnxError as e:
+                raise e.at(f"tensor {r.name!r} (calibration sample {n})") from None
+        n += 1
+        if n % 8 == 0:
+            _progress(config.progress, n, config.num_samples, started)
+    _progress(config.progress, n, config.num_samples, started)
+    if config.progress:
+        print(file=sys.stderr)
+    qparams = {}
+    for r, obs in observers.items():
+        try:
+            qparams[r] = obs.compute_qparams()
+        except QnnxError as e:
+            raise e.at(f"tensor {r.name!r}") from None
+    return qparams, n, time.perf_counter() - started
+
+
+def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QParams:
+    axis = axis if config.per_channel else None
+    obs = make_observer(ObserverConfig(method="minmax", dtype=config.weight_dtype, symmetric=True, axis=axis))
+    obs.observe(np.asarray(w, np.float32))
+    return obs.compute_qparams()
+
+
+def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
+    lo, hi = t.fixed_range
+    return qparams_from_range(lo, hi, config.activation_dtype, symmetric=False)
+
+
+# --------------------------------------------------------------------------- fallback
+
+
+def _sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    ref = ref.astype(np.float64)
+    noise = float(np.sum((ref - got.astype(np.float64)) ** 2))
+    signal = float(np.sum(ref ** 2))
+    if noise == 0:
+        return float("inf")
+    return 10 * np.log10(max(signal, 1e-30) / noise)
+
+
+def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[PatternMatch], calibration,
+                 config: QuantConfig) -> dict[int, float]:
+    """Output SQNR of each pattern, quantized model vs float model, on the first calibration samples."""
+    outs = [m.outputs[0].value.name for m in matches]
+    f_vals = [v for v in (_find_value(float_model, n) for n in outs) if v is not None]
+    q_vals = [v for v in (_find_value(qdq_model, n) for n in outs) if v is not None]
+    fs, qs = _session_with_outputs(float_model, f_vals), _session_with_outputs(qdq_model, q_vals)
+    acc: dict[str, list[float]] = {n: [0.0, 0.0] for n in outs}
+    for feed in iter_samples(calibration, input_specs(float_model), config.fallback_samples):
+        fr = dict(zip([v.name for v in f_vals], fs.run([v.name for v in f_vals], feed)))
+        qr = dict(zip([v.name for v in q_vals], qs.run([v.name for v in q_vals], feed)))
+        for n in outs:
+            if n in fr and n in qr:
+                ref, got = fr[n].astype(np.float64), qr[n].astype(np.float64)
+                acc[n][0] += float(np.sum(ref ** 2))
+                acc[n][1] += float(np.sum((ref - got) ** 2))
+    return {i: (float("inf") if acc[n][1] == 0 else 10 * np.log10(max(acc[n][0], 1e-30) / acc[n][1]))
+            for i, n in enumerate(outs)}
+
+
+def _find_value(model: ir.Model, name: str) -> ir.Value | None:
+    for node in model.graph:
+        for o in node.outputs:
+            if o.name == name:
+                return o
+    return None
+
+
+# --------------------------------------------------------------------------- API
+
+
+class QuantizedModel:
+    """The result of :func:`quantize`: the QDQ model (what ONNX Runtime runs natively), the
+    canonical qnnx integer model, and the report of every decision."""
+
+    def __init__(self, qdq: ir.Model, report: QuantReport):
+        self.qdq = qdq
+        self.report = report
+        self._canonical = None
+
+    @property
+    def canonical(self) -> ir.Model:
+        if self._canonical is None:
+            from qnnx.frontends.fq2i import convert
+
+            self._canonical, fq = convert(self.qdq)
+            self.report.left_in_float = fq.left_in_float
+        return self._canonical
+
+    def save(self, path, format: str = "qdq"):
+        """Write ``format`` ("qdq", "qnnx" canonical, or "lowered" standard-ONNX integer) atomically."""
+        if format == "qdq":
+            model = self.qdq
+        elif format == "qnnx":
+            model = self.canonical
+        elif format == "lowered":
+            from qnnx.passes.lower import lower
+
+            model = lower(self.canonical)
+        else:
+            raise QnnxError(f"unknown output format {format!r}; expected qdq, qnnx or lowered")
+        return save_model(model, path)
+
+
+def quantize(model, calibration, config: QuantConfig | None = None) -> QuantizedModel:
+    """Quantize a float model with representative ``calibration`` samples (no labels):
+    a directory of .npy/.npz files, or an iterable of arrays (single input) / dicts by input name."""
+    config = config or QuantConfig()
+    float_model = prepare(model)
+    the_plan = plan(float_model, config)
+    if not the_plan.matches:
+        raise QnnxError("nothing to quantize: no node matched a quantization pattern")
+    root_qparams, n, seconds = calibrate(float_model, the_plan, calibration, config)
+    act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()}
+    act_qparams.update({t.value.name: fixed_qparams(t, config) for m in the_plan.matches for t in m.outputs
+                        if t.fixed_range is not None})
+    report = QuantReport(the_plan.decisions, seconds, n)
+    qdq = realize_qdq(float_model, the_plan, act_qparams, config)
+    if config.sqnr_threshold_db is not None:
+        scores = pattern_sqnr(float_model, qdq, the_plan.matches, calibration, config)
+        keep = []
+        by_anchor = {d.node: d for d in report.decisions}
+        for i, m in enumerate(the_plan.matches):
+            d = by_anchor.get(_nearest_value(m.nodes[0]))
+            if d is not None:
+                d.sqnr_db = scores.get(i)
+            if scores.get(i, float("inf")) < config.sqnr_threshold_db:
+                if d is not None:
+                    d.quantized = False
+                    d.reason = f"output SQNR {scores[i]:.1f} dB below {config.sqnr_threshold_db} dB: kept float"
+            else:
+                keep.append(m)
+        if len(keep) != len(the_plan.matches):
+            the_plan = Plan(keep, _share_groups(keep), the_plan.decisions)
+            qdq = realize_qdq(float_model, the_plan, act_qparams, config)
+    return QuantizedModel(qdq, report)

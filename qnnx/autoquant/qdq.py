@@ -1,0 +1,136 @@
+"""Realize a quantization plan as a QDQ model: QuantizeLinear -> DequantizeLinear on every
+quantized activation (qparams chosen by calibration), weights quantized offline to int8
+(per-channel) behind a DequantizeLinear, biases to int32 with scale ``x_scale * w_scale``.
+
+This is the format ONNX Runtime (and other QDQ consumers) run natively, and the input of
+fake-quantization-to-integer, which produces the canonical qnnx integer model from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.calibrate import ObserverConfig, QParams, make_observer
+from qnnx.dtypes import int_type
+from qnnx.ir import Builder, const_array
+
+
+def _model_copy(model: ir.Model) -> ir.Model:
+    copy = model.clone()
+    copy.producer_name = "qnnx"
+    return copy
+
+
+def _values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
+    values = {v.name: v for v in graph.inputs}
+    values.update(graph.initializers)
+    for node in graph:
+        for o in node.outputs:
+            values[o.name] = o
+    return values
+
+
+def _qparam_consts(b: Builder, qp: QParams, hint: str) -> tuple[ir.Value, ir.Value]:
+    t = int_type(qp.dtype)
+    return (b.const(np.asarray(qp.scale, np.float32), f"{hint}_scale"),
+            b.const(np.asarray(qp.zero_point).astype(t.numpy), f"{hint}_zero_point"))
+
+
+def _insert_qdq(graph: ir.Graph, v: ir.Value, qp: QParams) -> None:
+    b = Builder(graph, v.name)
+    scale, zp = _qparam_consts(b, qp, "q")
+    uses = list(v.uses())
+    axis = {"axis": qp.axis} if qp.axis is not None else {}
+    q = b.op("QuantizeLinear", [v, scale, zp], hint="QuantizeLinear", **axis)
+    q.type = ir.TensorType(int_type(qp.dtype).onnx)
+    q.shape = v.shape
+    dq = b.op("DequantizeLinear", [q, scale, zp], hint="DequantizeLinear", **axis)
+    dq.type, dq.shape = v.type, v.shape
+    producer = v.producer()
+    if producer is not None:
+        graph.insert_after(producer, b.nodes)
+    else:
+        first = next(iter(graph), None)
+        if first is None:
+            graph.extend(b.nodes)
+        else:
+            graph.insert_before(first, b.nodes)
+    for use in uses:
+        use.node.replace_input_with(use.idx, dq)
+    if v.is_graph_output():  # the output keeps its name and now carries the quantized values
+        idx = list(graph.outputs).index(v)
+        name = v.name
+        v.name = f"{name}_float"
+        dq.name = name
+        graph.outputs[idx] = dq
+
+
+def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
+                        hint: str) -> None:
+    b = Builder(graph, node.name or node.op_type)
+    w_q = b.const(q, f"{hint}_quantized")
+    scale = b.const(np.asarray(qp_scale, np.float32), f"{hint}_scale")
+    zp = b.const(np.asarray(qp_zp).astype(q.dtype), f"{hint}_zero_point")
+    attrs = {"axis": axis} if axis is not None and np.asarray(qp_scale).size > 1 else {}
+    dq = b.op("DequantizeLinear", [w_q, scale, zp], hint=f"{hint}_DequantizeLinear", **attrs)
+    dq.type = ir.TensorType(ir.DataType.FLOAT)
+    dq.shape = ir.Shape(q.shape)
+    graph.insert_before(node, b.nodes)
+    node.replace_input_with(index, dq)
+
+
+def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool) -> QParams:
+    obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis))
+    obs.observe(np.asarray(w, np.float32))
+    return obs.compute_qparams()
+
+
+def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], config) -> ir.Model:
+    """A copy of ``float_model`` with Q/DQ for every target of ``plan``'s matches."""
+    m = _model_copy(float_model)
+    graph = m.graph
+    values = _values_by_name(graph)
+    nodes = {n.name: n for n in graph if n.name}
+    done: set[str] = set()
+    for match in plan.matches:
+        anchor = nodes.get(match.nodes[0].name) if match.nodes[0].name else None
+        if anchor is None:
+            raise AssertionError("pattern anchors must be named (prepare names every node)")
+        x_qp, w_qp = None, None
+        for t in match.inputs:
+            if t.role == "activation":
+                qp = value_qparams[t.value.name]
+                x_qp = x_qp or qp
+                if t.value.name not in done:
+                    _insert_qdq(graph, values[t.value.name], qp)
+                    done.add(t.value.name)
+                continue
+            idx = [i for i, v in enumerate(anchor.inputs) if v is not None and v.name == t.value.name]
+            w = np.asarray(const_array(values[t.value.name]), np.float32)
+            if t.axis is not None:  # a weight: int8 symmetric, per-channel when configured
+                axis = t.axis if config.per_channel else None
+                qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
+                w_qp = qp
+            else:  # a constant operand of an elementwise op: the activation type, asymmetric
+                axis = None
+                qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
+            q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1,
+                                  out_dtype=qp.dtype)
+            for i in idx:
+                _quantized_constant(graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+        if match.bias is not None and x_qp is not None and w_qp is not None:
+            idx = [i for i, v in enumerate(anchor.inputs) if v is not None and v.name == match.bias.name]
+            bias = np.asarray(const_array(values[match.bias.name]), np.float32)
+            bias_scale = (np.float32(x_qp.scale) * np.asarray(w_qp.scale, np.float32)).astype(np.float32)
+            bias_scale = np.broadcast_to(bias_scale, bias.shape).astype(np.float32) if bias_scale.size > 1 else bias_scale
+            q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
+            for i in idx:
+                _quantized_constant(graph, anchor, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+                                    "bias")
+        for t in match.outputs:
+            if t.value.name not in done:
+                _insert_qdq(graph, values[t.value.name], value_qparams[t.value.name])
+                done.add(t.value.name)
+    return m
