@@ -208,6 +208,13 @@ def _bias_int32(ctx: Context, bias: ir.Value | None, acc_type: AffineType, axis:
     return ctx.b.const(q, "bias_int32")
 
 
+def _accumulator_type(x: AffineType, w_scale: np.ndarray, channel_axis: int) -> AffineType:
+    """The int32 accumulator of an int8 x int8 product: scale x_scale * w_scale (per output
+    channel on ``channel_axis`` when the weights are per-channel), zero point 0."""
+    scale = (x.scale * np.asarray(w_scale, np.float32)).astype(np.float32)
+    return AffineType(scale, np.zeros(scale.shape, np.int64), INT32, channel_axis if scale.size > 1 else None)
+
+
 def _weight(ctx: Context, v: ir.Value, axis: int, what: str) -> Affine:
     w = ctx.affine(v, what)
     if w.type.dtype.bits > 8:
@@ -221,9 +228,7 @@ def _weight(ctx: Context, v: ir.Value, axis: int, what: str) -> Affine:
 def _conv(node, ctx):
     x = _per_tensor(ctx.affine(node.inputs[0]))
     w = _weight(ctx, node.inputs[1], 0, "weight")
-    acc_scale = (x.type.scale * w.type.scale).astype(np.float32)
-    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32,
-                          1 if acc_scale.size > 1 else None)
+    acc_type = _accumulator_type(x.type, w.type.scale, 1)
     bias = _bias_int32(ctx, node.inputs[2] if len(node.inputs) > 2 else None, acc_type, 0)
     inputs = [x.value, w.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, w.type, "w")]
     if bias is not None:
@@ -243,8 +248,7 @@ def _conv_transpose(node, ctx):
         raise Unsupported("ConvTranspose with auto_pad SAME_* or output_shape")
     if not w.type.per_tensor and at.get("group", 1) != 1:
         raise Unsupported("per-channel ConvTranspose weights with groups")
-    acc_scale = (x.type.scale * w.type.scale).astype(np.float32)
-    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32, 1 if acc_scale.size > 1 else None)
+    acc_type = _accumulator_type(x.type, w.type.scale, 1)
     bias = _bias_int32(ctx, node.inputs[2] if len(node.inputs) > 2 else None, acc_type, 0)
     inputs = [x.value, w.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, w.type, "w")]
     if bias is not None:
@@ -272,20 +276,18 @@ def _batch_norm(node, ctx):
     channels = a.size
     w = np.where(a > 0, 127, np.where(a < 0, -127, 0)).astype(np.int8).reshape(channels, 1, *([1] * (rank - 2)))
     w_scale = np.where(a != 0, np.abs(a) / np.float32(127), np.float32(1)).astype(np.float32)
-    acc_scale = (x.type.scale * w_scale).astype(np.float32)
-    bias = numerics.quantize(shift, acc_scale, 0, axis=0, out_dtype="int32")
+    acc_type = _accumulator_type(x.type, w_scale, 1)
+    bias = numerics.quantize(shift, acc_type.scale, 0, axis=0, out_dtype="int32")
     inputs = [x.value, ctx.b.const(w, "bn_weight"), *_qparam_inputs(ctx, x.type, "x"),
               ctx.b.const(w_scale, "bn_weight_scale"), ctx.b.const(np.zeros(channels, np.int32), "bn_weight_zp"),
               ctx.b.const(bias, "bn_bias")]
     acc = ctx.b.op("conv", inputs, domain=DOMAIN, group=channels)
     acc.shape = ir.Shape([None] * rank)  # per-channel on axis 1: later passes need the rank
-    return [Affine(acc, AffineType(acc_scale, np.zeros(channels, np.int64), INT32, 1))]
+    return [Affine(acc, acc_type)]
 
 
 def _matmul_acc(ctx: Context, a: Affine, w: Affine, bias: ir.Value | None) -> Affine:
-    acc_scale = (a.type.scale * w.type.scale).astype(np.float32)
-    acc_type = AffineType(acc_scale, np.zeros(acc_scale.shape, np.int64), INT32,
-                          -1 if acc_scale.size > 1 else None)
+    acc_type = _accumulator_type(a.type, w.type.scale, -1)
     bias_v = _bias_int32(ctx, bias, acc_type, 0)
     inputs = [a.value, *_qparam_inputs(ctx, a.type, "a"), w.value, *_qparam_inputs(ctx, w.type, "b")]
     if bias_v is not None:
