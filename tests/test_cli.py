@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -88,3 +89,198 @@ def test_console_script_version_and_help():
     helptext = subprocess.run([sys.executable, "-m", "qnnx.cli", "--help"], capture_output=True, text=True).stdout
     for cmd in ("import", "lower", "ops"):
         assert cmd in helptext
+
+
+# --------------------------------------------------------------------------- qnnx quantize
+
+
+def _float_model() -> onnx.ModelProto:
+    """x[1,3,8,8] -> conv+relu -> sigmoid -> globalavgpool -> y: a small float model to quantize."""
+    rng = np.random.default_rng(0)
+    consts = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+              numpy_helper.from_array(np.full(4, 0.1, np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Sigmoid", ["r"], ["s"], name="sig"),
+             helper.make_node("GlobalAveragePool", ["s"], ["y"], name="gap")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])], consts)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@pytest.fixture
+def quantize_case(tmp_path):
+    """A float model file and a calibration directory of 4 .npy samples."""
+    src = tmp_path / "float.onnx"
+    onnx.save(_float_model(), src)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        np.save(calib / f"{i}.npy", rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    return src, calib
+
+
+def _run_float(src, x):
+    return ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_quantize_writes_a_qdq_model_by_default_and_prints_the_summary(quantize_case, capsys):
+    src, calib = quantize_case
+    before = src.read_bytes()
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].startswith("quantized 3 pattern(s), 0 node(s) kept in float; calibration")
+    assert "on 4 sample(s)" in captured.out and captured.out.rstrip().endswith(f"wrote {out} (qdq)")
+    assert "calibrating 4 samples" in captured.err  # progress, on stderr
+    assert src.read_bytes() == before
+    model = onnx.load(out)
+    ops = [n.op_type for n in model.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops and {n.domain for n in model.graph.node} == {""}
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, _run_float(src, x), atol=0.02)
+    assert sorted(p.name for p in src.parent.iterdir()) == ["calib", "float.onnx", "q.onnx"]
+
+
+@pytest.mark.parametrize("fmt", ["qnnx", "lowered"])
+def test_quantize_other_formats(quantize_case, capsys, fmt):
+    src, calib = quantize_case
+    out = src.parent / f"q.{fmt}.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--format", fmt, "-q"]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {out} ({fmt})" in captured.out and captured.err == ""
+    model = onnx.load(out)
+    domains = {n.domain for n in model.graph.node}
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in model.graph.node}
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    if fmt == "qnnx":
+        assert "qnnx" in domains
+        got = qnnx.ReferenceEvaluator(str(out)).run(None, {"x": x})[0]
+    else:
+        assert domains == {""}
+        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, _run_float(src, x), atol=0.02)
+
+
+def test_quantize_options_reach_the_model(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--method", "minmax",
+                 "--activation-dtype", "int8", "--no-per-channel", "--exclude-op", "GlobalAveragePool",
+                 "--num-samples", "2", "--sqnr-threshold", "-100", "--seed", "3", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "on 2 sample(s)" in text and "float: gap (GlobalAveragePool): excluded by the user" in text
+    assert "worst layers by output SQNR" in text
+    model = onnx.load(out)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    qs = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert qs and all(inits[n.input[2]].dtype == np.int8 for n in qs)  # int8 activations
+    weight_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+                 and inits[n.input[0]].dtype == np.int8]
+    assert len(weight_dq) == 1 and inits[weight_dq[0].input[1]].shape == ()  # per-tensor
+    assert not any(a.name == "axis" for a in weight_dq[0].attribute)
+    assert "GlobalAveragePool" in [n.op_type for n in model.graph.node]
+
+
+def test_quantize_exclude_node_option(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--exclude-node", "conv",
+                 "--exclude-node", "sig", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "float: conv (Conv): excluded by the user" in text and "float: sig (Sigmoid): excluded by the user" in text
+
+
+def _bad_quantize_case(tmp_path, case, src, calib):
+    """Set up ``case``; returns (argv model path, calib dir, expected message)."""
+    if case == "missing model":
+        src.unlink()
+        return src, calib, "file not found"
+    if case == "not onnx":
+        src.write_bytes(b"this is not a model")
+        return src, calib, "not a readable ONNX model"
+    if case == "truncated onnx":
+        src.write_bytes(src.read_bytes()[:60])
+        return src, calib, "not a readable ONNX model"
+    if case == "missing calib dir":
+        return src, tmp_path / "nowhere", "calibration path is not a directory"
+    if case == "empty calib dir":
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        return src, empty, "no .npy or .npz calibration files"
+    if case == "wrong shapes":
+        for f in calib.iterdir():
+            np.save(f, np.zeros((1, 3, 4, 4), np.float32))
+        return src, calib, "input 'x' has shape 1x3x4x4, model expects 1x3x8x8"
+    if case == "nan sample":
+        x = np.zeros((1, 3, 8, 8), np.float32)
+        x[0, 0, 0, :3] = np.nan
+        np.save(calib / "0.npy", x)
+        return src, calib, "input 'x' has 3 NaN/Inf value(s)"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["missing model", "not onnx", "truncated onnx", "missing calib dir",
+                                  "empty calib dir", "wrong shapes", "nan sample"])
+def test_quantize_bad_input_gets_one_line_exit_1_and_no_output(quantize_case, tmp_path, capsys, case):
+    src, calib = quantize_case
+    model, calib_dir, message = _bad_quantize_case(tmp_path, case, src, calib)
+    out = tmp_path / "out.onnx"
+    assert main(["quantize", str(model), "-o", str(out), "--calib", str(calib_dir)]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("qnnx: error: ") and message in err
+    if "calib" in case:
+        assert str(calib_dir) in err
+    elif case in ("missing model", "not onnx", "truncated onnx"):
+        assert "float.onnx" in err
+    else:
+        assert "0.npy" in err  # the first sample file is named
+    assert captured.out == ""
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == []
+
+
+def test_quantize_refuses_to_overwrite_its_input(quantize_case, capsys):
+    src, calib = quantize_case
+    before = src.read_bytes()
+    assert main(["quantize", str(src), "-o", str(src), "--calib", str(calib)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refusing to overwrite the input model" in err
+    assert src.read_bytes() == before
+    # the same file through another spelling of the path
+    assert main(["quantize", str(src), "-o", str(src.parent / "." / src.name), "--calib", str(calib)]) == 1
+    assert src.read_bytes() == before
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: the progress line ('\\rcalibrating 8 samples...') is not "
+                                       "terminated before the error, so the error message is glued to it on stderr")
+def test_quantize_error_after_progress_is_still_one_clean_line(quantize_case, capsys):
+    src, calib = quantize_case
+    rng = np.random.default_rng(3)
+    for i in range(4, 9):
+        np.save(calib / f"{i}.npy", rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    (calib / "9.npy").write_bytes(b"garbage")
+    assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(calib)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("qnnx: error: ") and "9.npy" in err
+
+
+def test_quantize_help_mentions_every_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["quantize", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
+                   "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
+                   "--sqnr-threshold", "-q", "--quiet"):
+        assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
+    for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",
+                   "int8", "uint16", "int16"):
+        assert choice in text, choice
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "quantize a float model with calibration samples" in capsys.readouterr().out

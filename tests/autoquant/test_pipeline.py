@@ -1,0 +1,584 @@
+"""End to end: ``qnnx.quantize(model, calibration, QuantConfig(...))`` on small float graphs.
+
+The shared model (``autoquant_helpers.main_model``: conv+relu -> conv -> residual add -> a*sigmoid(a) -> maxpool ->
+globalavgpool -> transpose -> reshape -> matmul) is quantized once with the defaults; other tests
+quantize it (or a smaller graph) with one option changed. Checks:
+
+- the QDQ model runs on ONNX Runtime and stays close to float (cosine similarity);
+- the canonical model (FQ2I of the QDQ model) has no float compute, and its output, via
+  ``qnnx.ReferenceEvaluator`` and via ``qnnx.lower`` + ORT, equals ORT's execution of the QDQ
+  model without graph optimizations (float ops between Q/DQ) within one output quantum;
+- every option does what it says in the model itself (axis attributes, zero-point dtypes,
+  float nodes left, shared qparams), and the report says why.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import re
+import tracemalloc
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from autoquant_helpers import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
+                               samples)
+
+import qnnx
+from qnnx import QnnxError, QuantConfig
+from qnnx.autoquant.config import METHODS
+
+RNG = np.random.default_rng(5)
+TEST_INPUTS = samples(8, seed=99)  # held out: same distribution as the calibration set
+
+
+@pytest.fixture(scope="module")
+def main_float():
+    return main_model()
+
+
+@pytest.fixture(scope="module")
+def main_quantized(main_float):
+    """The shared model quantized with the defaults (percentile, uint8, per-channel) on 16 samples."""
+    return qnnx.quantize(main_float, samples(16), QuantConfig(progress=False))
+
+
+def _quantize(model, calib=None, **options):
+    return qnnx.quantize(model, samples(8) if calib is None else calib, QuantConfig(progress=False, **options))
+
+
+def _cosine(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _outputs(model, inputs, runner=run_ort, **kw):
+    return np.concatenate([runner(model, {"x": x}, **kw)[0].ravel() for x in inputs])
+
+
+def _output_scale(qdq) -> float:
+    dq = [n for n in qdq.graph if n.op_type == "DequantizeLinear" and n.outputs[0].is_graph_output()]
+    assert len(dq) == 1
+    return float(qparams_of(dq[0])[0])
+
+
+def _weight_dq(qdq, node_name: str, index: int = 1) -> ir.Node:
+    """The DequantizeLinear feeding input ``index`` of node ``node_name`` (weights: 1, bias: 2)."""
+    producer = nodes_by_name(qdq)[node_name].inputs[index].producer()
+    assert producer is not None and producer.op_type == "DequantizeLinear", node_name
+    return producer
+
+
+def _axis(node: ir.Node):
+    return node.attributes["axis"].value if "axis" in node.attributes else None
+
+
+def _activation_qs(qdq) -> list[ir.Node]:
+    return [n for n in qdq.graph if n.op_type == "QuantizeLinear"]
+
+
+def _all_scales(qdq) -> list[np.ndarray]:
+    return [qparams_of(n)[0] for n in qdq.graph if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+
+
+def _float_compute_nodes(canonical) -> list[str]:
+    """Nodes producing a float value, except the input quantize and the output dequantize."""
+    out = []
+    for n in canonical.graph:
+        if n.domain == "qnnx" and n.op_type in ("quantize", "dequantize"):
+            continue
+        if any(o.dtype is None or o.dtype.is_floating_point() for o in n.outputs):
+            out.append(f"{n.op_type} {n.name}")
+    return out
+
+
+# --------------------------------------------------------------------------- the shared model
+
+
+def test_qdq_model_runs_on_ort_close_to_float(main_float, main_quantized):
+    qdq = main_quantized.qdq
+    assert len(_activation_qs(qdq)) >= 9
+    assert [o.name for o in qdq.graph.outputs] == ["y"] and [i.name for i in qdq.graph.inputs] == ["x"]
+    f = _outputs(main_float, TEST_INPUTS)
+    q = _outputs(qdq, TEST_INPUTS)
+    assert q.shape == f.shape == (8 * 5,)
+    assert _cosine(f, q) > 0.99
+    assert not np.array_equal(f, q)  # it is quantized
+
+
+def test_report_and_summary(main_quantized):
+    rep = main_quantized.report
+    decided = {d.node: (d.quantized, d.pattern) for d in rep.decisions}
+    assert decided == {"conv1": (True, "conv"), "conv2": (True, "conv"), "add1": (True, "binary"),
+                       "sig1": (True, "elementwise"), "mul1": (True, "binary"), "gap1": (True, "pool"),
+                       "mm1": (True, "matmul")}
+    assert rep.num_samples == 16 and rep.calibration_seconds >= 0
+    assert rep.summary().splitlines()[0].startswith("quantized 7 pattern(s), 0 node(s) kept in float; "
+                                                    "calibration ")
+    assert "on 16 sample(s)" in rep.summary()
+
+
+def test_canonical_model_is_integer_only(main_quantized):
+    can = main_quantized.canonical
+    assert main_quantized.report.left_in_float == []
+    assert _float_compute_nodes(can) == []
+    ops = [n.op_type for n in can.graph]
+    assert ops[0] == "quantize" and ops[-1] == "dequantize"
+    assert {"conv", "add", "lut", "mul", "global_avg_pool", "matmul"} <= set(ops)
+    assert not {"QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "Sigmoid", "MatMul"} & set(ops)
+
+
+def test_canonical_equals_qdq_on_ort_without_optimizations_within_one_quantum(main_quantized):
+    qdq, can = main_quantized.qdq, main_quantized.canonical
+    quantum = _output_scale(qdq)
+    want = _outputs(qdq, TEST_INPUTS, optimize=False)
+    ref = _outputs(can, TEST_INPUTS, runner=run_ref)
+    lowered = qnnx.lower(can)
+    assert not any(n.domain == "qnnx" for n in lowered.graph)
+    low = _outputs(lowered, TEST_INPUTS)
+    assert len(np.unique(want)) > 10  # not a degenerate comparison
+    assert np.abs(ref - want).max() <= quantum * 1.001
+    assert np.abs(low - want).max() <= quantum * 1.001
+    np.testing.assert_array_equal(low, ref)  # lowering is bit-exact
+
+
+@pytest.mark.parametrize("fmt", ["qdq", "qnnx", "lowered"])
+def test_save_writes_a_loadable_file_atomically(main_quantized, tmp_path, fmt):
+    target = tmp_path / "out" / f"m.{fmt}.onnx"
+    assert main_quantized.save(target, format=fmt) == target
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary file left
+    loaded = onnx.load(target)
+    domains = {n.domain for n in loaded.graph.node}
+    x = TEST_INPUTS[0]
+    if fmt == "qdq":
+        assert domains == {""} and "QuantizeLinear" in {n.op_type for n in loaded.graph.node}
+        np.testing.assert_array_equal(run_ort(loaded, {"x": x})[0], run_ort(main_quantized.qdq, {"x": x})[0])
+    elif fmt == "qnnx":
+        assert "qnnx" in domains
+        np.testing.assert_array_equal(run_ref(loaded, {"x": x})[0], run_ref(main_quantized.canonical, {"x": x})[0])
+    else:
+        assert domains == {""}
+        np.testing.assert_array_equal(run_ort(loaded, {"x": x})[0], run_ref(main_quantized.canonical, {"x": x})[0])
+
+
+def test_default_save_format_is_qdq(main_quantized, tmp_path):
+    main_quantized.save(tmp_path / "m.onnx")
+    assert "QuantizeLinear" in {n.op_type for n in onnx.load(tmp_path / "m.onnx").graph.node}
+
+
+def test_save_refuses_an_unknown_format(main_quantized, tmp_path):
+    with pytest.raises(QnnxError, match="unknown output format 'tflite'; expected qdq, qnnx or lowered"):
+        main_quantized.save(tmp_path / "m.onnx", format="tflite")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_failure_leaves_the_previous_file_and_no_temporary(main_quantized, tmp_path, monkeypatch):
+    target = tmp_path / "m.onnx"
+    target.write_bytes(b"previous")
+
+    def failing_save(model, path, **kw):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ir, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        main_quantized.save(target)
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_data_movement_values_share_the_qparams_of_their_source(main_quantized):
+    qdq = main_quantized.qdq
+    # MaxPool: its output (the pool's input target) is quantized exactly like the mul output it comes from
+    for source, moved in [("m1", "p1"), ("g1", "f1")]:  # m1 -MaxPool-> p1, g1 -Transpose-Reshape-> f1
+        (s_scale, s_zp), (m_scale, m_zp) = qparams_of(qdq_of(qdq, source)[0]), qparams_of(qdq_of(qdq, moved)[0])
+        assert s_scale == m_scale and s_zp == m_zp and s_zp.dtype == m_zp.dtype
+    can = main_quantized.canonical
+    movers = [n for n in can.graph if n.op_type in ("MaxPool", "Transpose", "Reshape")]
+    assert sorted(n.op_type for n in movers) == ["MaxPool", "Reshape", "Transpose"]
+    for n in movers:
+        producer = n.inputs[0].producer()
+        assert producer is not None and producer.op_type != "requantize", n.name
+        assert all(u.node.op_type != "requantize" for u in n.outputs[0].uses()), n.name
+        assert n.outputs[0].dtype == ir.DataType.UINT8
+    assert sum(n.op_type == "requantize" for n in can.graph) == 3  # after conv1, conv2, matmul: no others
+
+
+def test_the_input_model_file_and_object_are_untouched(tmp_path, main_float):
+    path = tmp_path / "float.onnx"
+    onnx.save(main_float, path)
+    before = path.read_bytes()
+    proto_before = main_float.SerializeToString()
+    qm = qnnx.quantize(path, samples(4), QuantConfig(progress=False))
+    qm.save(tmp_path / "q.onnx", format="lowered")
+    assert path.read_bytes() == before
+    assert main_float.SerializeToString() == proto_before
+    as_ir = ir.from_proto(main_float)
+    qnnx.quantize(as_ir, samples(2), QuantConfig(progress=False))
+    assert ir.to_proto(as_ir).SerializeToString() == ir.to_proto(ir.from_proto(main_float)).SerializeToString()
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_weights_per_channel_or_per_tensor(main_float, per_channel):
+    qdq = _quantize(main_float, per_channel=per_channel).qdq
+    for node, axis, channels in [("conv1", 0, 8), ("conv2", 0, 8), ("mm1", 1, 5)]:
+        dq = _weight_dq(qdq, node)
+        scale, zp = qparams_of(dq)
+        assert dq.inputs[0].const_value.dtype == ir.DataType.INT8 and not zp.any()  # int8 symmetric
+        if per_channel:
+            assert _axis(dq) == axis and scale.shape == (channels,) and len(np.unique(scale)) == channels
+        else:
+            assert _axis(dq) is None and scale.shape == ()
+    # the bias is int32 with scale x_scale * w_scale (per channel when the weights are)
+    x_scale = qparams_of(qdq_of(qdq, "x")[0])[0]
+    w_scale = qparams_of(_weight_dq(qdq, "conv1"))[0]
+    b = _weight_dq(qdq, "conv1", 2)
+    assert b.inputs[0].const_value.dtype == ir.DataType.INT32
+    np.testing.assert_allclose(np.broadcast_to(qparams_of(b)[0], (8,)), np.broadcast_to(x_scale * w_scale, (8,)),
+                               rtol=1e-6)
+    f, q = _outputs(main_float, TEST_INPUTS), _outputs(qdq, TEST_INPUTS)
+    assert _cosine(f, q) > 0.99
+
+
+@pytest.mark.parametrize("dtype,onnx_type", [("uint8", ir.DataType.UINT8), ("int8", ir.DataType.INT8)])
+def test_activation_dtype_is_honoured(main_float, dtype, onnx_type):
+    qm = _quantize(main_float, activation_dtype=dtype)
+    qs = _activation_qs(qm.qdq)
+    assert len(qs) >= 9
+    for q in qs:
+        assert q.inputs[2].const_value.dtype == onnx_type, q.name
+        assert q.outputs[0].dtype in (None, onnx_type)
+    assert _weight_dq(qm.qdq, "conv1").inputs[0].const_value.dtype == ir.DataType.INT8  # weights stay int8
+    assert _cosine(_outputs(main_float, TEST_INPUTS), _outputs(qm.qdq, TEST_INPUTS)) > 0.99
+    can = qm.canonical
+    assert qm.report.left_in_float == [] and _float_compute_nodes(can) == []
+    assert {n.outputs[0].dtype for n in can.graph if n.op_type == "MaxPool"} == {onnx_type}
+
+
+def test_int16_activations_on_opset_21():
+    qm = _quantize(main_model(opset=21), activation_dtype="int16")
+    assert {q.inputs[2].const_value.dtype for q in _activation_qs(qm.qdq)} == {ir.DataType.INT16}
+    assert _cosine(_outputs(main_model(opset=21), TEST_INPUTS), _outputs(qm.qdq, TEST_INPUTS)) > 0.999
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: 16-bit activations on a model below opset 21 give a QDQ model "
+                                       "with int16 QuantizeLinear, which ONNX allows only from opset 21 (ORT rejects "
+                                       "it: INVALID_GRAPH)")
+def test_int16_activations_on_opset_17_give_a_valid_model():
+    qm = _quantize(main_model(opset=17), activation_dtype="int16")
+    run_ort(qm.qdq, {"x": TEST_INPUTS[0]})
+
+
+def test_excluded_nodes_and_op_types_stay_float_and_are_reported(main_float):
+    qm = _quantize(main_float, exclude_nodes=("conv2",), exclude_op_types=("MatMul",))
+    decided = {d.node: d for d in qm.report.decisions}
+    for name in ("conv2", "mm1"):
+        assert not decided[name].quantized and decided[name].reason == "excluded by the user"
+    assert all(d.quantized for n, d in decided.items() if n not in ("conv2", "mm1"))
+    assert "float: conv2 (Conv): excluded by the user" in qm.report.summary()
+    nodes = nodes_by_name(qm.qdq)
+    for name in ("conv2", "mm1"):  # float weights, as in the float model
+        w = nodes[name].inputs[1]
+        assert w.producer() is None and w.const_value.dtype == ir.DataType.FLOAT
+    assert nodes["conv2"].inputs[2].producer() is None  # float bias
+    assert _weight_dq(qm.qdq, "conv1").inputs[0].const_value.dtype == ir.DataType.INT8
+    can = nodes_by_name(qm.canonical)
+    assert can["conv2"].op_type == "Conv" and can["mm1"].op_type == "MatMul"
+    assert can["conv2"].outputs[0].dtype == ir.DataType.FLOAT
+    assert "conv" in {n.op_type for n in qm.canonical.graph}  # conv1 is still integer
+    assert _cosine(_outputs(main_float, TEST_INPUTS), _outputs(qm.qdq, TEST_INPUTS)) > 0.99
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: excluding an elementwise op whose neighbours quantize its input "
+                                       "and output changes nothing: the QDQ model is identical and FQ2I turns it into "
+                                       "a qnnx.lut, while the report says 'excluded by the user'")
+def test_excluding_sigmoid_keeps_it_float(main_float):
+    qm = _quantize(main_float, exclude_op_types=("Sigmoid",))
+    assert {d.node: d.reason for d in qm.report.decisions}["sig1"] == "excluded by the user"
+    sig = nodes_by_name(qm.qdq)["sig1"]
+    assert all(u.node.op_type != "QuantizeLinear" for u in sig.outputs[0].uses())
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: exclude_nodes naming a node that anchors no pattern (here the "
+                                       "Relu fused into conv1) records no decision, so the report never says it was "
+                                       "excluded (and misspelled names are silently ignored the same way)")
+def test_excluding_a_fused_activation_is_reported(main_float):
+    qm = _quantize(main_float, exclude_nodes=("relu1",))
+    assert "relu1" in {d.node for d in qm.report.decisions if d.reason == "excluded by the user"}
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: prepare() renames a Conv whose all-zero bias onnxscript drops "
+                                       "(-> 'node_Conv_0'), so exclude_nodes=('conv',) is silently ignored")
+def test_exclude_a_node_by_its_name_when_prepare_rewrites_it():
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
+                        g.const(np.zeros(4, np.float32), "b")], name="conv")
+    g.node("Sigmoid", [c], name="sig", out="y")
+    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=("conv",))
+    assert {d.node: d.quantized for d in qm.report.decisions}.get("conv") is False
+
+
+def test_sqnr_threshold_very_high_sends_every_pattern_back_to_float(main_float):
+    qm = _quantize(main_float, sqnr_threshold_db=1000.0)
+    assert len(qm.report.decisions) == 7
+    for d in qm.report.decisions:
+        assert not d.quantized and math.isfinite(d.sqnr_db), d
+        m = re.fullmatch(r"output SQNR (-?\d+\.\d) dB below 1000\.0 dB: kept float", d.reason)
+        assert m and float(m.group(1)) == pytest.approx(d.sqnr_db, abs=0.051), d.reason
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in qm.qdq.graph}
+    assert "quantized 0 pattern(s), 7 node(s) kept in float" in qm.report.summary()
+    assert "worst layers by output SQNR" in qm.report.summary()
+    np.testing.assert_allclose(_outputs(qm.qdq, TEST_INPUTS[:2]), _outputs(main_float, TEST_INPUTS[:2]),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_sqnr_threshold_very_low_keeps_everything_and_a_middle_one_splits(main_float, main_quantized):
+    low = _quantize(main_float, samples(16), sqnr_threshold_db=-1000.0)
+    assert all(d.quantized and math.isfinite(d.sqnr_db) and d.sqnr_db > 10 for d in low.report.decisions)
+    assert ir.to_proto(low.qdq).graph == ir.to_proto(main_quantized.qdq).graph  # same model as without fallback
+    scores = sorted(d.sqnr_db for d in low.report.decisions)
+    threshold = (scores[2] + scores[3]) / 2
+    mid = _quantize(main_float, samples(16), sqnr_threshold_db=threshold)
+    by_node = {d.node: d.sqnr_db for d in low.report.decisions}
+    for d in mid.report.decisions:
+        assert d.quantized == (by_node[d.node] >= threshold), (d.node, by_node[d.node], threshold)
+        if not d.quantized:
+            assert "below" in d.reason and d.node in {n.name for n in mid.qdq.graph}
+    kept_float = {d.node for d in mid.report.decisions if not d.quantized}
+    assert len(kept_float) == 3
+    assert _cosine(_outputs(main_float, TEST_INPUTS), _outputs(mid.qdq, TEST_INPUTS)) > 0.99
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: with sqnr_threshold_db the calibration iterable is iterated "
+                                       "twice; a generator is exhausted by calibration and the fallback step raises "
+                                       "'calibration data is empty'")
+def test_sqnr_fallback_with_a_generator(main_float):
+    _quantize(main_float, (x for x in samples(8)), sqnr_threshold_db=10.0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_calibration_method_runs(main_float, method):
+    qm = _quantize(main_float, method=method)
+    scales = _all_scales(qm.qdq)
+    assert all(np.all(s > 0) and np.all(np.isfinite(s)) for s in scales)
+    q = _outputs(qm.qdq, TEST_INPUTS)
+    assert np.isfinite(q).all()
+    assert _cosine(_outputs(main_float, TEST_INPUTS), q) > 0.9
+    assert _float_compute_nodes(qm.canonical) == [] and qm.report.left_in_float == []
+
+
+def test_calibration_methods_choose_different_ranges(main_float):
+    # one outlier value: minmax covers it, percentile 99 clips it
+    outlier = samples(1, seed=5)[0]
+    outlier[0, 0, 0, 0] = 40.0
+    calib = samples(8) + [outlier]
+    x_scale = {m: float(qparams_of(qdq_of(_quantize(main_float, calib, method=m, percentile=99.0).qdq, "x")[0])[0])
+               for m in ("minmax", "percentile")}
+    assert x_scale["minmax"] >= 40.0 / 255 * 0.99
+    assert x_scale["percentile"] < x_scale["minmax"] / 4
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_constant_activation_never_gets_a_zero_scale(method):
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv1")
+    r = g.node("Relu", [c], name="relu1")
+    c2 = g.node("Conv", [r, g.const(conv_weight(RNG, 4, 4, k=1), "w2")], name="conv2")
+    g.node("Sigmoid", [c2], name="sig", out="y")
+    model = g.model("y")
+    zeros = [np.zeros((1, 3, 6, 6), np.float32)] * 3  # every activation is constant 0 (sigmoid: 0.5)
+    for dtype in ("uint8", "int8"):
+        qm = _quantize(model, zeros, method=method, activation_dtype=dtype)
+        scales = _all_scales(qm.qdq)
+        assert len(scales) >= 6 and all(np.all(s > 0) and np.all(np.isfinite(s)) for s in scales)
+        x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+        want = run_ort(qm.qdq, {"x": x}, optimize=False)[0]
+        assert np.isfinite(want).all()
+        np.testing.assert_allclose(run_ref(qm.canonical, {"x": x})[0], want, atol=_output_scale(qm.qdq) * 1.001)
+        assert qm.report.left_in_float == []
+
+
+@pytest.mark.parametrize("dtype,qmin,qmax", [("uint8", 0, 255), ("int8", -128, 127)])
+def test_softmax_output_range_is_fixed_to_zero_one_whatever_the_calibration(dtype, qmin, qmax):
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 4, 4]), g.const(conv_weight(RNG, 6, 3, k=1), "w")], name="conv")
+    g.node("Softmax", [c], name="sm", axis=1, out="y")
+    model = g.model("y")
+    for calib_scale in (0.01, 10.0):  # nearly uniform (max ~1/6) or nearly one-hot outputs
+        qm = _quantize(model, samples(4, (1, 3, 4, 4), scale=calib_scale), activation_dtype=dtype)
+        scale, zp = qparams_of(qdq_of(qm.qdq, "y_float")[0])
+        lo, hi = (qmin - int(zp)) * float(scale), (qmax - int(zp)) * float(scale)
+        assert lo == 0.0 and abs(hi - 1.0) <= 1.001 * float(scale), (scale, zp)  # [0, 1] within a quantum
+        assert {d.node: d.pattern for d in qm.report.decisions} == {"conv": "conv", "sm": "softmax"}
+
+
+def test_nan_in_calibration_data_names_the_input(main_float):
+    bad = samples(1)[0]
+    bad[0, 1, 2, 3] = np.nan
+    with pytest.raises(QnnxError, match=r"calibration sample 3: input 'x' has 1 NaN/Inf value\(s\)"):
+        _quantize(main_float, samples(3) + [bad])
+
+
+def test_nan_inside_the_model_names_the_tensor():
+    g = Graph()
+    lg = g.node("Log", [g.input("x", [4])], name="log", out="logx")
+    g.node("Sigmoid", [lg], name="sig", out="y")
+    with pytest.raises(QnnxError, match=r"tensor 'logx' \(calibration sample 1\).*1 NaN"):
+        _quantize(g.model("y"), [np.ones(4, np.float32), np.array([1, 2, -1, 3], np.float32)])
+
+
+def _with_middle_op(kind: str):
+    g = Graph()
+    x = g.input("x", [1, 3, 8, 8])
+    c1 = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3), "w1"), g.const(np.full(4, .1, np.float32), "b1")],
+                name="conv1", out="c1")
+    if kind == "topk":
+        mid = g.node("TopK", [c1, g.const(np.array([4], np.int64), "k")], name="topk", outputs=2, axis=3)[0]
+    else:
+        mid = g.node("Gelu", [c1], name="custom", domain="com.microsoft")
+    g.node("Conv", [mid, g.const(conv_weight(RNG, 4, 4, k=1), "w2"), g.const(np.full(4, .1, np.float32), "b2")],
+           name="conv2", out="y")
+    return g.model("y")
+
+
+@pytest.mark.parametrize("kind,node,op,reason", [
+    ("topk", "topk", "TopK", "no integer rule for this op"),
+    ("custom", "custom", "Gelu", None),  # com.microsoft: a custom domain ONNX Runtime can run
+])
+def test_an_unsupported_op_stays_float_and_the_rest_is_quantized(kind, node, op, reason):
+    model = _with_middle_op(kind)
+    qm = _quantize(model, samples(4))
+    assert {d.node: d.quantized for d in qm.report.decisions} == {"conv1": True, "conv2": True}
+    assert nodes_by_name(qm.qdq)[node].op_type == op
+    can = qm.canonical
+    assert [n.op_type for n in can.graph].count("conv") == 2
+    entries = [e for e in qm.report.left_in_float if e[0] == node]
+    assert len(entries) == 1 and entries[0][1] == op and entries[0][2], qm.report.left_in_float
+    if reason:
+        assert entries[0][2] == reason
+    f, q = _outputs(model, TEST_INPUTS), _outputs(qm.qdq, TEST_INPUTS)
+    assert _cosine(f, q) > 0.99
+    # lowered + ORT: qnnx's reference evaluator does not know com.microsoft ops
+    np.testing.assert_allclose(_outputs(qnnx.lower(can), TEST_INPUTS[:2], optimize=False),
+                               _outputs(qm.qdq, TEST_INPUTS[:2], optimize=False), atol=_output_scale(qm.qdq) * 1.001)
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: ops that anchor no pattern (TopK here) get no decision, and "
+                                       "summary() never shows left_in_float: the summary says '0 node(s) kept in "
+                                       "float' for a model with a float TopK in the middle")
+def test_the_summary_lists_an_unsupported_op():
+    qm = _quantize(_with_middle_op("topk"), samples(4))
+    assert qm.canonical is not None
+    assert "topk" in qm.report.summary()
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: a custom-domain op ONNX Runtime cannot run makes calibration "
+                                       "fail with a raw onnxruntime Fail exception (CLI: exit 2 'internal error') "
+                                       "instead of a QnnxError naming the op")
+def test_an_op_ort_cannot_run_is_a_clear_error():
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv1")
+    g.node("MyOp", [c], name="mine", domain="example.custom", out="y")
+    with pytest.raises(QnnxError, match="MyOp"):
+        _quantize(g.model("y"), samples(2))
+
+
+def test_nothing_to_quantize():
+    g = Graph()
+    r = g.node("Relu", [g.input("x", [2, 6])], name="relu")
+    t = g.node("Transpose", [r], name="t", perm=[1, 0])
+    g.node("TopK", [t, g.const(np.array([2], np.int64), "k")], name="topk", outputs=2, axis=0)
+    model = g.model(g.nodes[-1].output[0])
+    with pytest.raises(QnnxError, match="nothing to quantize: no node matched a quantization pattern"):
+        _quantize(model, [np.ones((2, 6), np.float32)])
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: realize_qdq treats every constant without a weight axis as an "
+                                       "elementwise operand, so a grouped ConvTranspose's weights become uint8 "
+                                       "asymmetric (not weight_dtype int8) and its bias stays float")
+def test_grouped_conv_transpose_weights_are_int8():
+    g = Graph()
+    c = g.node("ConvTranspose", [g.input("x", [1, 4, 5, 5]), g.const(conv_weight(RNG, 4, 2), "w"),
+                                 g.const(np.full(4, 0.1, np.float32), "b")], name="ct", group=2, strides=[2, 2])
+    g.node("Sigmoid", [c], name="sig", out="y")
+    qm = _quantize(g.model("y"), samples(4, (1, 4, 5, 5)))
+    w = _weight_dq(qm.qdq, "ct")
+    assert w.inputs[0].const_value.dtype == ir.DataType.INT8 and not qparams_of(w)[1].any()
+    assert _weight_dq(qm.qdq, "ct", 2).inputs[0].const_value.dtype == ir.DataType.INT32
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: the QDQ model keeps the original float weights as unused "
+                                       "initializers next to their int8 copies (the file is larger than the float "
+                                       "model)")
+def test_qdq_model_has_no_unused_float_weights(main_float, main_quantized):
+    p = ir.to_proto(main_quantized.qdq)
+    used = {i for n in p.graph.node for i in n.input}
+    assert [t.name for t in p.graph.initializer if t.name not in used] == []
+    assert p.ByteSize() < main_float.ByteSize()
+
+
+def test_num_samples_and_progress(main_float, capsys):
+    qm = qnnx.quantize(main_float, samples(10), QuantConfig(num_samples=3, progress=True))
+    assert qm.report.num_samples == 3
+    err = capsys.readouterr().err
+    assert "calibrating 3/3 samples" in err and err.endswith("\n")
+    _quantize(main_float, samples(2))
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(method="kl"), "unknown calibration method 'kl'"),
+    (dict(activation_dtype="int4"), "activation_dtype must be one of"),
+    (dict(weight_dtype="uint8"), "weight_dtype must be one of"),
+    (dict(percentile=0), "percentile must be in (0, 100]"),
+    (dict(num_samples=0), "num_samples must be >= 1"),
+    (dict(exclude_nodes="conv1"), "exclude_nodes must be a sequence of names"),
+])
+def test_config_is_validated(options, message):
+    with pytest.raises(QnnxError) as info:
+        QuantConfig(**options)
+    assert message in str(info.value)
+
+
+def test_config_from_dict_rejects_unknown_keys():
+    assert QuantConfig.from_dict({"method": "mse", "exclude_nodes": ["a"]}).exclude_nodes == ("a",)
+    with pytest.raises(QnnxError, match="unknown QuantConfig option\\(s\\): colour, flavour"):
+        QuantConfig.from_dict({"flavour": 1, "colour": 2})
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _peak_bytes(model, n: int) -> int:
+    def gen():
+        rng = np.random.default_rng(0)
+        for _ in range(n):
+            yield rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        qnnx.quantize(model, gen(), QuantConfig(progress=False))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_calibration_keeps_no_per_sample_state():
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 48, 48]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1])
+    r = g.node("Relu", [c], name="relu")
+    g.node("Sigmoid", [r], name="sig", out="y")
+    model = g.model("y")
+    sample_bytes = 3 * 48 * 48 * 4
+    p8, p64 = _peak_bytes(model, 8), _peak_bytes(model, 64)
+    # holding the 56 extra samples (or their activations) would add >= 56 * sample_bytes (1.5 MB)
+    assert p64 < 1.5 * p8 + 256 * 1024, (p8, p64)
+    assert 56 * sample_bytes > 0.5 * p8 + 256 * 1024  # the bound above is tight enough to see that

@@ -1,0 +1,180 @@
+"""Pre-quantization cleanup (qnnx.autoquant.prepare): opset conversion, constant folding,
+BatchNormalization folding, dynamic shapes, naming, and never touching the caller's model.
+
+Each transformed model is checked against the original on ONNX Runtime (float)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from autoquant_helpers import Graph, conv_weight, run_ort
+from onnx import numpy_helper
+
+import qnnx
+from qnnx import QnnxError, QuantConfig
+from qnnx.autoquant.prepare import prepare
+
+RNG = np.random.default_rng(11)
+
+
+def _ops(model: ir.Model) -> list[str]:
+    return [n.op_type for n in model.graph]
+
+
+def _assert_same_outputs(original: onnx.ModelProto, prepared: ir.Model, feeds, rtol=1e-5, atol=1e-5):
+    want, got = run_ort(original, feeds), run_ort(prepared, feeds)
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert w.shape == g.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def test_opset_11_is_converted_to_13_and_computes_the_same():
+    # Softmax changed meaning at 13 (opset 11 flattens to 2-D at `axis`), and Split/ReduceSum/Unsqueeze
+    # moved attributes to inputs: the converter must rewrite all of them.
+    g = Graph(opset=11)
+    s = g.node("Softmax", [g.input("x", [2, 3, 5])], name="sm", axis=1)
+    a, b = g.node("Split", [s], name="split", outputs=2, axis=2, split=[2, 3])
+    r = g.node("ReduceSum", [b], name="rsum", axes=[2], keepdims=1)
+    m = g.node("Mul", [a, r], name="mul")
+    g.node("Unsqueeze", [m], name="unsq", axes=[0], out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert p.opset_imports[""] == 13
+    split = [n for n in p.graph if n.op_type == "Split"][0]
+    assert "split" not in split.attributes and len(split.inputs) == 2
+    for seed in range(2):
+        x = np.random.default_rng(seed).normal(size=(2, 3, 5)).astype(np.float32)
+        _assert_same_outputs(model, p, {"x": x}, rtol=1e-6, atol=1e-7)
+
+
+def test_opset_13_and_above_is_kept():
+    g = Graph(opset=19)
+    g.node("Relu", [g.input("x", [2])], name="r", out="y")
+    assert prepare(g.model("y")).opset_imports[""] == 19
+
+
+def test_model_without_default_opset_is_refused():
+    m = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []), opset_imports=[
+        onnx.helper.make_opsetid("custom", 1)], ir_version=9)
+    with pytest.raises(QnnxError, match="no default-domain opset import"):
+        prepare(m)
+
+
+def test_constant_nodes_and_constant_subgraphs_are_folded():
+    g = Graph()
+    w = g.node("Constant", [], name="wconst", value=numpy_helper.from_array(conv_weight(RNG, 4, 3)))
+    two = g.node("Constant", [], name="two", value=numpy_helper.from_array(np.float32(2.0)))
+    three = g.node("Constant", [], name="three", value=numpy_helper.from_array(np.float32(3.0)))
+    five = g.node("Add", [two, three], name="five")
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), w], name="conv", pads=[1, 1, 1, 1])
+    g.node("Mul", [c, five], name="scale", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert sorted(_ops(p)) == ["Conv", "Mul"]
+    conv = [n for n in p.graph if n.op_type == "Conv"][0]
+    mul = [n for n in p.graph if n.op_type == "Mul"][0]
+    assert conv.inputs[1].const_value is not None  # an initializer now
+    k = [v for v in mul.inputs if v.const_value is not None]
+    assert len(k) == 1 and float(k[0].const_value.numpy()) == 5.0
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("dims", [[1, 3, 6, 6], ["N", 3, "H", "W"]])
+def test_batchnorm_after_conv_is_folded(dims):
+    c_out = 4
+    g = Graph()
+    c = g.node("Conv", [g.input("x", dims), g.const(conv_weight(RNG, c_out, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1])
+    bn = [g.const(a.astype(np.float32)) for a in (RNG.uniform(0.5, 2, c_out), RNG.normal(size=c_out),
+                                                 RNG.normal(size=c_out), RNG.uniform(0.5, 2, c_out))]
+    g.node("BatchNormalization", [c, *bn], name="bn", epsilon=1e-5, out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert _ops(p) == ["Conv"]
+    conv = next(iter(p.graph))
+    assert len(conv.inputs) == 3 and all(v.const_value is not None for v in conv.inputs[1:])
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((2, 3, 5, 7) if "N" in dims else (1, 3, 6, 6))
+                                    .astype(np.float32)}, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_batch_height_width_go_through_prepare_and_quantize():
+    g = Graph()
+    x = g.input("x", ["N", 3, "H", "W"])
+    c = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3), "w"), g.const(np.full(4, 0.1, np.float32), "b")],
+               name="conv", pads=[1, 1, 1, 1])
+    r = g.node("Relu", [c], name="relu")
+    p = g.node("GlobalAveragePool", [r], name="gap")
+    g.node("Sigmoid", [p], name="sig", out="y")
+    model = g.model("y")
+    prepared = prepare(model)
+    shape = prepared.graph.inputs[0].shape
+    assert [isinstance(d, int) for d in shape] == [False, True, False, False]
+    calib = [RNG.standard_normal(s).astype(np.float32) for s in [(1, 3, 6, 6), (2, 3, 8, 5), (3, 3, 4, 9)]]
+    qm = qnnx.quantize(model, calib, QuantConfig(progress=False))
+    assert qm.report.num_samples == 3 and all(d.quantized for d in qm.report.decisions)
+    x = RNG.standard_normal((2, 3, 7, 11)).astype(np.float32)
+    got = run_ort(qm.qdq, {"x": x})[0]
+    want = run_ort(model, {"x": x})[0]
+    assert got.shape == want.shape == (2, 4, 1, 1)
+    np.testing.assert_allclose(got, want, atol=0.05)
+    can = run_ort(qnnx.lower(qm.canonical), {"x": x})[0]  # the integer model takes other shapes too
+    assert can.shape == (2, 4, 1, 1)
+
+
+def _unnamed_model() -> onnx.ModelProto:
+    g = Graph()
+    x = g.input("x", [1, 3, 6, 6])
+    c = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3), "w"), g.const(np.full(4, 0.1, np.float32), "b")],
+               name="dup")
+    r = g.node("Relu", [c], name="dup")
+    s = g.node("Sigmoid", [r], name="")
+    m = g.node("Mul", [r, s], name="")
+    g.node("Tanh", [m], name="", out="y")
+    return g.model("y")
+
+
+def test_every_node_and_value_gets_a_unique_name():
+    model = _unnamed_model()
+    assert sum(1 for n in model.graph.node if not n.name) == 3  # the case under test
+    p = prepare(model)
+    nodes = [n.name for n in p.graph]
+    assert len(nodes) == 5 and all(nodes) and len(set(nodes)) == len(nodes)
+    values = [v.name for v in p.graph.inputs] + list(p.graph.initializers) + [o.name for n in p.graph
+                                                                              for o in n.outputs]
+    assert all(values) and len(set(values)) == len(values)
+
+
+def test_the_input_model_object_and_file_are_not_modified(tmp_path):
+    model = _unnamed_model()
+    before = model.SerializeToString()
+    prepare(model)
+    assert model.SerializeToString() == before
+
+    as_ir = ir.from_proto(model)
+    ir_before = ir.to_proto(as_ir).SerializeToString()
+    prepare(as_ir)
+    assert ir.to_proto(as_ir).SerializeToString() == ir_before
+    assert [n.name for n in as_ir.graph].count("") == 3
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    file_before = path.read_bytes()
+    p = prepare(path)
+    p.graph.node(0).name = "changed"  # the result is independent of the file
+    assert path.read_bytes() == file_before
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: prepare() renames nodes that onnxscript's optimizer rewrites "
+                                       "(a Conv/Gemm with an all-zero bias becomes 'node_Conv_0'), so reports and "
+                                       "exclude_nodes no longer match the user's node names")
+def test_user_node_names_survive_prepare():
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
+                        g.const(np.zeros(4, np.float32), "b")], name="my_conv")
+    g.node("Relu", [c], name="my_relu", out="y")
+    names = {n.name for n in prepare(g.model("y")).graph}
+    assert {"my_conv", "my_relu"} <= names, names
