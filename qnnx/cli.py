@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--exclude-node", action="append", default=[], metavar="NAME", help="keep this node in float")
     s.add_argument("--exclude-op", action="append", default=[], metavar="OP_TYPE", help="keep this op type in float")
     s.add_argument("--num-samples", type=int, default=None, help="use at most this many calibration samples")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0,
+                   help="which calibration files --num-samples picks (a seeded random subset of the directory)")
     s.add_argument("--sqnr-threshold", type=float, default=None, metavar="DB",
                    help="keep patterns whose output SQNR is below DB in float")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")

@@ -256,8 +256,6 @@ def test_quantize_refuses_to_overwrite_its_input(quantize_case, capsys):
     assert src.read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: the progress line ('\\rcalibrating 8 samples...') is not "
-                                       "terminated before the error, so the error message is glued to it on stderr")
 def test_quantize_error_after_progress_is_still_one_clean_line(quantize_case, capsys):
     src, calib = quantize_case
     rng = np.random.default_rng(3)

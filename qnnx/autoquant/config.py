@@ -29,7 +29,7 @@ class QuantConfig:
     exclude_nodes: tuple[str, ...] = ()
     exclude_op_types: tuple[str, ...] = ()
     num_samples: int | None = None  # None: all calibration samples
-    seed: int = 0
+    seed: int | None = 0  # picks the calibration files when num_samples < the files in a directory
     sqnr_threshold_db: float | None = None  # patterns whose output SQNR is below this stay float
     fallback_samples: int = 8
     progress: bool = True
@@ -43,6 +43,8 @@ class QuantConfig:
             raise QnnxError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}")
         if not 0 < self.percentile <= 100:
             raise QnnxError(f"percentile must be in (0, 100], got {self.percentile}")
+        if self.fallback_samples < 1:
+            raise QnnxError(f"fallback_samples must be >= 1, got {self.fallback_samples}")
         if self.num_samples is not None and self.num_samples < 1:
             raise QnnxError(f"num_samples must be >= 1, got {self.num_samples}")
         for name in ("exclude_nodes", "exclude_op_types"):
@@ -91,4 +93,6 @@ class QuantReport:
             lines.append(f"  float: {d.node} ({d.op_type}): {d.reason}")
         if len(f) > 20:
             lines.append(f"  ... and {len(f) - 20} more")
+        for name, op, why in self.left_in_float:
+            lines.append(f"  left in float in the integer model: {name} ({op}): {why}")
         return "\n".join(lines)

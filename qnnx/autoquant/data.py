@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -82,10 +82,16 @@ def _validate(feed: dict[str, np.ndarray], specs: list[InputSpec], where: str) -
     return out
 
 
-def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Validated feed dicts, one at a time."""
+def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
+                 seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Validated feed dicts, one at a time. From a directory with ``limit`` below the number of
+    files, ``seed`` picks which files (a seeded random subset); otherwise files go in name order."""
     if isinstance(calibration, (str, os.PathLike)):
-        items: Iterable = ((str(p), _load_file(p, specs)) for p in _files(Path(calibration)))
+        files = _files(Path(calibration))
+        if limit is not None and seed is not None and limit < len(files):
+            pick = np.random.default_rng(seed).choice(len(files), size=limit, replace=False)
+            files = [files[i] for i in sorted(pick)]
+        items: Iterator = ((str(p), _load_file(p, specs)) for p in files)
     else:
         try:
             source = iter(calibration)
@@ -103,11 +109,13 @@ def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None) 
                     raise QnnxError(f"calibration sample {i} is an array but the model has several inputs; "
                                     "give dicts keyed by input name")
 
-        items = numbered()
+        items = iter(numbered())
     n = 0
-    for where, feed in items:
-        if limit is not None and n >= limit:
-            return
+    while limit is None or n < limit:  # check the limit before pulling (and loading) the next sample
+        item = next(items, None)
+        if item is None:
+            break
+        where, feed = item
         yield _validate(feed, specs, where)
         n += 1
     if n == 0:

@@ -21,7 +21,7 @@ Built-ins:
     AveragePool / GlobalAveragePool, Concat   inputs and output
     Sigmoid, HardSigmoid, HardSwish, Tanh,
     LeakyRelu, Exp, Erf, Gelu, Elu, Softplus  input and output (a lookup table once integer)
-    Softmax                                   input; output fixed to [0, 1] (scale 1/256, uint8)
+    Softmax                                   input; output fixed to [0, 1] (the full activation range)
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from qnnx.ir import const_array
 
 @dataclass(frozen=True)
 class Target:
-    """A float value that gets qparams: an activation (observed during calibration) or a
-    constant weight (quantized offline, per-channel on ``axis`` when set)."""
+    """A float value that gets qparams: an activation (observed during calibration), a weight of
+    conv/matmul (int8 symmetric, per-channel on ``axis`` when set) or a constant operand of an
+    elementwise op (the activation type, from its own range)."""
 
     value: ir.Value
-    role: str  # "activation" | "weight"
+    role: str  # "activation" | "weight" | "constant"
     axis: int | None = None
     fixed_range: tuple[float, float] | None = None  # known output range (softmax), no observation
 
@@ -204,7 +205,7 @@ class _AllActivationsPattern(Pattern):
             if v is None:
                 continue
             if const_array(v) is not None:
-                targets.append(Target(v, "weight", None))
+                targets.append(Target(v, "constant", None))
             elif _is_float_activation(v):
                 targets.append(_activation(v))
             else:

@@ -49,15 +49,26 @@ def _nearest_value(node: ir.Node) -> str:
     return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
 
 
+# Ops with no pattern that are not worth a "kept in float" line: they compute shapes or only move data.
+_QUIET_OPS = SHARES_QPARAMS | {"Shape", "Constant", "ConstantOfShape", "Cast", "Range", "Size", "Relu", "Clip",
+                               "Resize", "Pad"}
+
+
 def plan(model: ir.Model, config: QuantConfig) -> Plan:
     matches, decisions = [], []
     claimed: set[ir.Node] = set()
     excluded_nodes = set(config.exclude_nodes)
+    unknown = sorted(excluded_nodes - {n.name for n in model.graph})
+    if unknown:
+        raise QnnxError(f"exclude_nodes names no node of the model: {', '.join(unknown)}")
     for node in model.graph:
-        if node in claimed or node.domain not in ("", "ai.onnx"):
+        if node in claimed:
             continue
-        candidates = patterns_for(node.op_type)
+        candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
         if not candidates:
+            if node.op_type not in _QUIET_OPS or node.domain not in ("", "ai.onnx"):
+                decisions.append(Decision(_nearest_value(node), node.op_type, False,
+                                          "no quantization pattern for this op"))
             continue
         name = _nearest_value(node)
         if node.name in excluded_nodes or node.op_type in config.exclude_op_types:
@@ -72,9 +83,16 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             if any(n in claimed for n in m.nodes):
                 reasons.append(f"{pattern.name}: overlaps another pattern")
                 continue
-            if any(n.name in excluded_nodes or n.op_type in config.exclude_op_types for n in m.nodes[1:]):
+            cut = [n for n in m.nodes[1:] if n.name in excluded_nodes or n.op_type in config.exclude_op_types]
+            if cut:  # an excluded activation is not fused: the pattern ends before it
                 m = PatternMatch(m.pattern, m.nodes[:1], m.inputs, (Target(m.nodes[0].outputs[0], "activation"),),
                                  m.bias)
+                decisions += [Decision(_nearest_value(n), n.op_type, False, "excluded by the user") for n in cut]
+            # An excluded node computes in float: its outputs get no quantize (a quantize after it would let
+            # a runtime fuse it into an integer kernel anyway), so patterns reading it keep that input float.
+            kept_inputs = tuple(t for t in m.inputs if not _from_excluded(t.value, excluded_nodes, config))
+            if len(kept_inputs) != len(m.inputs):
+                m = PatternMatch(m.pattern, m.nodes, kept_inputs, m.outputs, m.bias)
             claimed.update(m.nodes)
             matches.append(m)
             decisions.append(Decision(name, node.op_type, True, f"pattern {m.pattern}", m.pattern))
@@ -82,6 +100,11 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
         else:
             decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
     return Plan(matches, _share_groups(matches), decisions)
+
+
+def _from_excluded(v: ir.Value, excluded_nodes: set[str], config: QuantConfig) -> bool:
+    p = v.producer()
+    return p is not None and (p.name in excluded_nodes or p.op_type in config.exclude_op_types)
 
 
 def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
@@ -119,6 +142,13 @@ def _progress(enabled: bool, done: int, total: int | None, started: float) -> No
     print(msg, end="", file=sys.stderr, flush=True)
 
 
+def _run(sess: ort.InferenceSession, names: list[str], feed: dict) -> list:
+    try:
+        return sess.run(names, feed)
+    except Exception as e:  # ORT raises its own exception types with multi-line messages
+        raise QnnxError(f"ONNX Runtime failed to run the model: {str(e).splitlines()[0][:300]}") from None
+
+
 def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.InferenceSession:
     """An ORT session of ``model`` that also returns ``values`` (a copy: the caller's model is unchanged)."""
     proto = ir.to_proto(model)
@@ -131,7 +161,11 @@ def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.Infere
             existing.add(v.name)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # e.g. a custom-domain op ORT has no kernel for
+        raise QnnxError(f"ONNX Runtime cannot load the model to calibrate it: {str(e).splitlines()[0][:300]}") \
+            from None
 
 
 def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig) -> tuple[dict, int, float]:
@@ -147,25 +181,30 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig)
     started = time.perf_counter()
     specs = input_specs(model)
     n = 0
-    for feed in iter_samples(calibration, specs, config.num_samples):
-        for r, out in zip(roots, sess.run(names, feed)):
-            try:
-                observers[r].observe(out)
-            except QnnxError as e:
-                raise e.at(f"tensor {r.name!r} (calibration sample {n})") from None
-        n += 1
-        if n % 8 == 0:
-            _progress(config.progress, n, config.num_samples, started)
-    _progress(config.progress, n, config.num_samples, started)
-    if config.progress:
-        print(file=sys.stderr)
+    kept: list[dict] = []  # the first samples, for the SQNR fallback (the source may be a one-shot iterator)
+    try:
+        for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
+            if config.sqnr_threshold_db is not None and len(kept) < config.fallback_samples:
+                kept.append(feed)
+            for r, out in zip(roots, _run(sess, names, feed)):
+                try:
+                    observers[r].observe(out)
+                except QnnxError as e:
+                    raise e.at(f"tensor {r.name!r} (calibration sample {n})") from None
+            n += 1
+            if n % 8 == 0:
+                _progress(config.progress, n, config.num_samples, started)
+    finally:
+        if config.progress and n:
+            _progress(True, n, config.num_samples, started)
+            print(file=sys.stderr)  # end the progress line, also before an error message
     qparams = {}
     for r, obs in observers.items():
         try:
             qparams[r] = obs.compute_qparams()
         except QnnxError as e:
             raise e.at(f"tensor {r.name!r}") from None
-    return qparams, n, time.perf_counter() - started
+    return qparams, n, time.perf_counter() - started, kept
 
 
 def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QParams:
@@ -194,15 +233,16 @@ def _sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
 
 def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[PatternMatch], calibration,
                  config: QuantConfig) -> dict[int, float]:
-    """Output SQNR of each pattern, quantized model vs float model, on the first calibration samples."""
+    """Output SQNR of each pattern, quantized model vs float model, on ``calibration`` (a list of the
+    first calibration samples, kept during calibration)."""
     outs = [m.outputs[0].value.name for m in matches]
     f_vals = [v for v in (_find_value(float_model, n) for n in outs) if v is not None]
     q_vals = [v for v in (_find_value(qdq_model, n) for n in outs) if v is not None]
     fs, qs = _session_with_outputs(float_model, f_vals), _session_with_outputs(qdq_model, q_vals)
     acc: dict[str, list[float]] = {n: [0.0, 0.0] for n in outs}
-    for feed in iter_samples(calibration, input_specs(float_model), config.fallback_samples):
-        fr = dict(zip([v.name for v in f_vals], fs.run([v.name for v in f_vals], feed)))
-        qr = dict(zip([v.name for v in q_vals], qs.run([v.name for v in q_vals], feed)))
+    for feed in calibration:
+        fr = dict(zip([v.name for v in f_vals], _run(fs, [v.name for v in f_vals], feed)))
+        qr = dict(zip([v.name for v in q_vals], _run(qs, [v.name for v in q_vals], feed)))
         for n in outs:
             if n in fr and n in qr:
                 ref, got = fr[n].astype(np.float64), qr[n].astype(np.float64)
@@ -227,9 +267,10 @@ class QuantizedModel:
     """The result of :func:`quantize`: the QDQ model (what ONNX Runtime runs natively), the
     canonical qnnx integer model, and the report of every decision."""
 
-    def __init__(self, qdq: ir.Model, report: QuantReport):
+    def __init__(self, qdq: ir.Model, report: QuantReport, keep_float: frozenset[str] = frozenset()):
         self.qdq = qdq
         self.report = report
+        self.keep_float = keep_float  # node names the user excluded: FQ2I must not integerize them either
         self._canonical = None
 
     @property
@@ -237,7 +278,7 @@ class QuantizedModel:
         if self._canonical is None:
             from qnnx.frontends.fq2i import convert
 
-            self._canonical, fq = convert(self.qdq)
+            self._canonical, fq = convert(self.qdq, keep_float=self.keep_float)
             self.report.left_in_float = fq.left_in_float
         return self._canonical
 
@@ -260,18 +301,19 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     """Quantize a float model with representative ``calibration`` samples (no labels):
     a directory of .npy/.npz files, or an iterable of arrays (single input) / dicts by input name."""
     config = config or QuantConfig()
-    float_model = prepare(model)
+    # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
+    float_model = prepare(model, min_opset=21 if config.activation_dtype.endswith("16") else 13)
     the_plan = plan(float_model, config)
     if not the_plan.matches:
         raise QnnxError("nothing to quantize: no node matched a quantization pattern")
-    root_qparams, n, seconds = calibrate(float_model, the_plan, calibration, config)
+    root_qparams, n, seconds, kept = calibrate(float_model, the_plan, calibration, config)
     act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()}
     act_qparams.update({t.value.name: fixed_qparams(t, config) for m in the_plan.matches for t in m.outputs
                         if t.fixed_range is not None})
     report = QuantReport(the_plan.decisions, seconds, n)
     qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     if config.sqnr_threshold_db is not None:
-        scores = pattern_sqnr(float_model, qdq, the_plan.matches, calibration, config)
+        scores = pattern_sqnr(float_model, qdq, the_plan.matches, kept, config)
         keep = []
         by_anchor = {d.node: d for d in report.decisions}
         for i, m in enumerate(the_plan.matches):
@@ -287,4 +329,6 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         if len(keep) != len(the_plan.matches):
             the_plan = Plan(keep, _share_groups(keep), the_plan.decisions)
             qdq = realize_qdq(float_model, the_plan, act_qparams, config)
-    return QuantizedModel(qdq, report)
+    keep = {n.name for n in float_model.graph
+            if n.name in config.exclude_nodes or n.op_type in config.exclude_op_types}
+    return QuantizedModel(qdq, report, frozenset(keep))

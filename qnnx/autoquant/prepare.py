@@ -24,16 +24,20 @@ from qnnx.ir import load_model
 MIN_OPSET = 13
 
 
-def prepare(model) -> ir.Model:
+def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
+    """The cleaned float model; ``min_opset`` is raised to 21 by callers that emit 16-bit Q/DQ."""
     m = load_model(model)
     opset = m.opset_imports.get("", None)
     if opset is None:
         raise QnnxError("model has no default-domain opset import")
-    if opset < MIN_OPSET:
+    # Rewrites below replace nodes; the user's node names (used by exclude_nodes and reports)
+    # are restored from the output values, whose names rewrites keep.
+    user_names = {o.name: n.name for n in m.graph for o in n.outputs if n.name and o.name}
+    if opset < min_opset:
         try:
-            proto = onnx.version_converter.convert_version(ir.to_proto(m), MIN_OPSET)
+            proto = onnx.version_converter.convert_version(ir.to_proto(m), min_opset)
         except Exception as e:  # the converter raises RuntimeError/ValueError with C++ messages
-            raise QnnxError(f"cannot convert opset {opset} to {MIN_OPSET}: {str(e).splitlines()[0][:200]}") from None
+            raise QnnxError(f"cannot convert opset {opset} to {min_opset}: {str(e).splitlines()[0][:200]}") from None
         m = ir.from_proto(proto)
     m = onnxscript.optimizer.optimize(m)
     m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
@@ -42,8 +46,21 @@ def prepare(model) -> ir.Model:
         m = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # best effort: rules that need a shape say so
         pass
+    _restore_names(m.graph, user_names)
     _name_everything(m.graph)
     return m
+
+
+def _restore_names(graph: ir.Graph, user_names: dict[str, str]) -> None:
+    taken = {n.name for n in graph if n.name}
+    for node in graph:
+        for o in node.outputs:
+            want = user_names.get(o.name)
+            if want and node.name != want and want not in taken:
+                taken.discard(node.name)
+                node.name = want
+                taken.add(want)
+                break
 
 
 def _name_everything(graph: ir.Graph) -> None:

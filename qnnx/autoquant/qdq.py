@@ -109,11 +109,11 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
                 continue
             idx = [i for i, v in enumerate(anchor.inputs) if v is not None and v.name == t.value.name]
             w = np.asarray(const_array(values[t.value.name]), np.float32)
-            if t.axis is not None:  # a weight: int8 symmetric, per-channel when configured
+            if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
                 qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
                 w_qp = qp
-            else:  # a constant operand of an elementwise op: the activation type, asymmetric
+            else:  # a constant operand of an elementwise op: the activation type, from its own range
                 axis = None
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
             q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1,
@@ -133,4 +133,7 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
             if t.value.name not in done:
                 _insert_qdq(graph, values[t.value.name], value_qparams[t.value.name])
                 done.add(t.value.name)
+    for name, init in list(graph.initializers.items()):  # the float weights the int8 copies replaced
+        if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
+            graph.initializers.pop(name)
     return m

@@ -181,8 +181,9 @@ def _quantize_type(node: ir.Node) -> AffineType | None:
 # --------------------------------------------------------------------------- driver
 
 
-def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
-    """The canonical integer form of a QDQ / QOperator model, and what was converted."""
+def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozenset()) -> tuple[ir.Model, Report]:
+    """The canonical integer form of a QDQ / QOperator model, and what was converted.
+    Nodes named in ``keep_float`` are never integerized (the user excluded them)."""
     m = import_onnx(_with_shapes(load_model(model)), copy=False)
     graph = m.graph
     env: dict[ir.Value, Affine] = {}
@@ -215,6 +216,9 @@ def convert(model, *, strict: bool = False) -> tuple[ir.Model, Report]:
             continue
         rule = FQ2I_RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if rule is None:
+            continue
+        if node.name in keep_float:
+            reasons[node] = "excluded by the user"
             continue
         if not any(v in env for v in node.inputs if v is not None):
             reasons[node] = "inputs are not quantized with constant qparams"
@@ -334,8 +338,9 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
                 break
     for node in nodes:
         if node in after_dq and node in before_q and node.op_type not in _DATA_OPS:
-            why = reasons.get(node) or ("no integer rule for this op" if node.op_type not in FQ2I_RULES
-                                        else "inputs are not quantized with constant qparams")
+            has_rule = node.domain in ("", "ai.onnx") and node.op_type in FQ2I_RULES
+            why = reasons.get(node) or ("inputs are not quantized with constant qparams" if has_rule
+                                        else "no integer rule for this op")
             report.left_in_float.append((node.name or node.op_type, node.op_type, why))
 
 

@@ -226,8 +226,6 @@ def test_errors_reach_quantize_with_the_sample(tmp_path):
         qnnx.quantize(_one_input_model(), [], QuantConfig(progress=False))
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: with a limit (num_samples=N) iter_samples still loads file "
-                                       "N+1 before stopping, so a bad file past the limit aborts calibration")
 def test_limit_does_not_read_past_the_last_sample(tmp_path):
     for i in range(2):
         np.save(tmp_path / f"s{i}.npy", _x())

@@ -222,7 +222,7 @@ def test_binary_quantizes_both_inputs_and_output_constants_as_per_tensor_constan
     assert _names(add.inputs) == [("x", "activation", None), ("x2", "activation", None)]
     assert _names(add.outputs) == [("r", "activation", None)]
     mul = _match(model, "scale")
-    assert _names(mul.inputs) == [("r", "activation", None), ("k", "weight", None)]
+    assert _names(mul.inputs) == [("r", "activation", None), ("k", "constant", None)]
 
 
 def test_binary_refusals():
@@ -262,7 +262,7 @@ def test_elementwise_pool_and_concat_quantize_inputs_and_output():
     assert _names(_match(model, "tanh").outputs) == [("s", "activation", None)]
     assert _names(_match(model, "avg").inputs) == [("s", "activation", None)]
     cat = _match(model, "cat")
-    assert _names(cat.inputs) == [("p", "activation", None), ("pad", "weight", None)]
+    assert _names(cat.inputs) == [("p", "activation", None), ("pad", "constant", None)]
     assert _names(cat.outputs) == [("y", "activation", None)]
 
 

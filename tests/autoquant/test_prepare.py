@@ -168,9 +168,6 @@ def test_the_input_model_object_and_file_are_not_modified(tmp_path):
     assert sorted(f.name for f in tmp_path.iterdir()) == ["m.onnx"]
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: prepare() renames nodes that onnxscript's optimizer rewrites "
-                                       "(a Conv/Gemm with an all-zero bias becomes 'node_Conv_0'), so reports and "
-                                       "exclude_nodes no longer match the user's node names")
 def test_user_node_names_survive_prepare():
     g = Graph()
     c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
