@@ -15,13 +15,16 @@ WEIGHT_DTYPES = ("int8",)
 class QuantConfig:
     """How to quantize a float model.
 
-    Defaults were chosen on the real models in ``bench/``: uint8 asymmetric activations (the
-    u8 x s8 form x86 VNNI/AMX kernels take), int8 symmetric per-channel weights, percentile
-    99.99 calibration (on PP-OCR rec/cls it beat minmax, entropy, mse and percentile 99.999).
+    Defaults were chosen on the real models in ``bench/`` (32 calibration samples): uint8
+    asymmetric activations (the u8 x s8 form x86 VNNI/AMX kernels take), int8 symmetric
+    per-channel weights, mse calibration. Char accuracy on PP-OCR rec (48 lines, fp32 98.9%):
+    mse 99.2%, percentile 99.999 95.9%, 99.99 92.4%, minmax 88.8%; PP-OCR det boxes vs fp32:
+    mse identical, percentile 99.999 hmean 0.994. PP-OCR cls (64 crops, fp32 96.9%) prefers
+    percentile 99.999 (95.3%) over mse (90.6%); entropy loses badly on one-sided tensors.
     """
 
-    method: str = "percentile"
-    percentile: float = 99.99
+    method: str = "mse"
+    percentile: float = 99.999
     activation_dtype: str = "uint8"
     activation_symmetric: bool = False
     weight_dtype: str = "int8"

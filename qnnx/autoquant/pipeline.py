@@ -33,6 +33,9 @@ from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_
 from qnnx.errors import QnnxError
 from qnnx.ir import const_array, save_model
 
+# Ops that only rearrange values: same multiset, so the same statistics as their input.
+PERMUTES_VALUES = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "DepthToSpace",
+                   "SpaceToDepth"}
 # Ops whose output is an exact subset/rearrangement of their input's values.
 SHARES_QPARAMS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather",
                   "MaxPool", "Identity", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"}
@@ -100,6 +103,16 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
         else:
             decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
     return Plan(matches, _share_groups(matches), decisions)
+
+
+def _permutation_of(v: ir.Value, root: ir.Value) -> bool:
+    """``v`` comes from ``root`` through value-permuting ops only."""
+    while v is not root:
+        p = v.producer()
+        if p is None or p.op_type not in PERMUTES_VALUES:
+            return False
+        v = p.inputs[0]
+    return True
 
 
 def _from_excluded(v: ir.Value, excluded_nodes: set[str], config: QuantConfig) -> bool:
@@ -170,14 +183,17 @@ def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.Infere
 
 def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig) -> tuple[dict, int, float]:
     """One observer per qparam group, fed sample by sample. Returns (qparams by root value, samples, seconds)."""
-    # Only roots are observed: a group's other members come from the root through ops that only move
-    # data (Reshape, MaxPool, Slice...), so their values are a subset of the root's.
+    # One observer per group, fed by the root and by members whose values are distributed differently
+    # (MaxPool keeps the large values, Slice/Gather a part): a percentile of the root alone would clip
+    # them. Members reached only through permutations (Reshape, Transpose...) add nothing and are skipped.
     roots = sorted(set(the_plan.groups.values()), key=lambda v: v.name)
+    fetch = [(r, r) for r in roots] + [(v, r) for v, r in sorted(the_plan.groups.items(), key=lambda i: i[0].name)
+                                       if v is not r and not _permutation_of(v, r)]
     obs_cfg = ObserverConfig(method=config.method, dtype=config.activation_dtype,
                              symmetric=config.activation_symmetric, percentile=config.percentile)
     observers = {r: make_observer(obs_cfg) for r in roots}
-    sess = _session_with_outputs(model, roots)
-    names = [v.name for v in roots]
+    sess = _session_with_outputs(model, [v for v, _ in fetch])
+    names = [v.name for v, _ in fetch]
     started = time.perf_counter()
     specs = input_specs(model)
     n = 0
@@ -186,11 +202,11 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig)
         for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
             if config.sqnr_threshold_db is not None and len(kept) < config.fallback_samples:
                 kept.append(feed)
-            for r, out in zip(roots, _run(sess, names, feed)):
+            for (v, r), out in zip(fetch, _run(sess, names, feed)):
                 try:
                     observers[r].observe(out)
                 except QnnxError as e:
-                    raise e.at(f"tensor {r.name!r} (calibration sample {n})") from None
+                    raise e.at(f"tensor {v.name!r} (calibration sample {n})") from None
             n += 1
             if n % 8 == 0:
                 _progress(config.progress, n, config.num_samples, started)
