@@ -52,7 +52,8 @@ def _cmd_quantize(args) -> str:
     config = QuantConfig(method=args.method, percentile=args.percentile, activation_dtype=args.activation_dtype,
                          per_channel=args.per_channel, exclude_nodes=tuple(args.exclude_node),
                          exclude_op_types=tuple(args.exclude_op), num_samples=args.num_samples, seed=args.seed,
-                         sqnr_threshold_db=args.sqnr_threshold, progress=not args.quiet)
+                         sqnr_threshold_db=args.sqnr_threshold, propagate_error=args.propagate_error,
+                         progress=not args.quiet)
     qm = quantize(args.model, args.calib, config)
     qm.save(out, format=args.format)
     return f"{qm.report.summary()}\nwrote {out} ({args.format})"
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which calibration files --num-samples picks (a seeded random subset of the directory)")
     s.add_argument("--sqnr-threshold", type=float, default=None, metavar="DB",
                    help="keep patterns whose output SQNR is below DB in float")
+    s.add_argument("--propagate-error", action="store_true",
+                   help="second calibration pass on the quantized model, so ranges see upstream error")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     s.set_defaults(func=_cmd_quantize)
 

@@ -34,6 +34,10 @@ class QuantConfig:
     num_samples: int | None = None  # None: all calibration samples
     seed: int | None = 0  # picks the calibration files when num_samples < the files in a directory
     sqnr_threshold_db: float | None = None  # patterns whose output SQNR is below this stay float
+    # Error propagation (seed 002): a second calibration pass observes every activation in the model
+    # quantized with the first pass's qparams, so each layer's range sees the error of the layers before.
+    # Off by default: on 64 samples it moved PP-OCR cls 90.6% -> 93.8% but rec 98.6% -> 95.8%.
+    propagate_error: bool = False
     fallback_samples: int = 8
     progress: bool = True
 

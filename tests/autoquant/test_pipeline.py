@@ -559,3 +559,25 @@ def test_calibration_keeps_no_per_sample_state():
     # holding the 56 extra samples (or their activations) would add >= 56 * sample_bytes (1.5 MB)
     assert p64 < 1.5 * p8 + 256 * 1024, (p8, p64)
     assert 56 * sample_bytes > 0.5 * p8 + 256 * 1024  # the bound above is tight enough to see that
+
+
+def test_propagate_error_runs_a_second_pass_on_the_quantized_model(main_float):
+    data = samples(6)
+    one = qnnx.quantize(main_float, data, QuantConfig(progress=False, method="minmax"))
+    two = qnnx.quantize(main_float, data, QuantConfig(progress=False, method="minmax", propagate_error=True))
+    assert two.report.calibration_seconds > 0 and two.report.left_in_float == []
+    # minmax observers continue across passes: every range can only grow, and some must change
+    # because the second pass sees the first pass's quantization error.
+    s1, s2 = _scales(one.qdq), _scales(two.qdq)
+    assert s1.keys() == s2.keys()
+    assert all(s2[k] >= s1[k] for k in s1) and any(s2[k] > s1[k] for k in s1)
+
+
+def test_propagate_error_refuses_a_one_shot_iterator(main_float):
+    with pytest.raises(qnnx.QnnxError, match="reads the calibration data twice"):
+        qnnx.quantize(main_float, iter(samples(4)), QuantConfig(progress=False, propagate_error=True))
+
+
+def _scales(model) -> dict[str, float]:
+    return {name: float(np.max(v.const_value.numpy())) for name, v in model.graph.initializers.items()
+            if name.endswith("/q_scale")}
