@@ -59,6 +59,20 @@ def _cmd_quantize(args) -> str:
     return f"{qm.report.summary()}\nwrote {out} ({args.format})"
 
 
+def _cmd_inspect(args) -> str:
+    from qnnx.analysis import summarize
+
+    return summarize(args.model).format()
+
+
+def _cmd_compare(args) -> str:
+    from qnnx.analysis import compare_models
+    from qnnx.analysis.compare import format_table
+
+    errors = compare_models(args.float_model, args.quant_model, args.data, num_samples=args.num_samples)
+    return format_table(errors, args.top)
+
+
 def _cmd_ops(args) -> str:
     from qnnx.dialect import REGISTRY
 
@@ -109,6 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="second calibration pass on the quantized model, so ranges see upstream error")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     s.set_defaults(func=_cmd_quantize)
+
+    s = sub.add_parser("inspect", help="summarize a model: ops by domain, what is quantized, qparams")
+    s.add_argument("model", help=".onnx file")
+    s.set_defaults(func=_cmd_inspect)
+
+    s = sub.add_parser("compare", help="per-output and per-layer error of a quantized model against its float "
+                       "original (SQNR, cosine, max error), worst layers first")
+    s.add_argument("float_model", help="float .onnx model")
+    s.add_argument("quant_model", help="quantized .onnx model (QDQ or lowered; tensors are matched by name)")
+    s.add_argument("--data", required=True, metavar="DIR", help="samples: .npy (single input) or .npz by input name")
+    s.add_argument("--num-samples", type=int, default=None, help="use at most this many samples")
+    s.add_argument("--top", type=int, default=20, help="how many layers to list")
+    s.set_defaults(func=_cmd_compare)
 
     s = sub.add_parser("ops", help="list the qnnx dialect's ops")
     s.set_defaults(func=_cmd_ops)

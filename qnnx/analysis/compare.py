@@ -1,0 +1,119 @@
+"""Per-layer error of a quantized model against its float original, streamed over samples.
+
+Every float tensor that exists under the same name in both models is compared (a QDQ export
+keeps the float model's tensor names: the input of each QuantizeLinear is the original tensor,
+computed from dequantized inputs, so its error is everything upstream). Statistics accumulate
+sample by sample — memory does not grow with the number of samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.errors import QnnxError
+from qnnx.ir import load_model
+
+
+@dataclass
+class LayerError:
+    name: str
+    op_type: str
+    is_output: bool
+    signal: float = 0.0  # sum of ref**2
+    noise: float = 0.0  # sum of (ref - got)**2
+    dot: float = 0.0
+    got_sq: float = 0.0
+    max_abs: float = 0.0
+    count: int = 0
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        if ref.shape != got.shape:
+            raise QnnxError(f"tensor {self.name!r} has shape {got.shape} in the quantized model, {ref.shape} in "
+                            "the float model")
+        r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+        d = r - g
+        self.signal += float(r @ r)
+        self.noise += float(d @ d)
+        self.dot += float(r @ g)
+        self.got_sq += float(g @ g)
+        self.max_abs = max(self.max_abs, float(np.max(np.abs(d))) if d.size else 0.0)
+        self.count += r.size
+
+    @property
+    def sqnr_db(self) -> float:
+        if self.noise == 0:
+            return math.inf
+        return 10 * math.log10(max(self.signal, 1e-300) / self.noise)
+
+    @property
+    def cosine(self) -> float:
+        denom = math.sqrt(self.signal * self.got_sq)
+        return 1.0 if denom == 0 and self.noise == 0 else (self.dot / denom if denom else 0.0)
+
+
+def _float_values(model: ir.Model) -> dict[str, tuple[str, bool]]:
+    outputs = {v.name for v in model.graph.outputs}
+    found = {}
+    for node in model.graph:
+        for o in node.outputs:
+            if o.name and o.dtype is not None and o.dtype.is_floating_point():
+                found[o.name] = (node.op_type, o.name in outputs)
+    for v in model.graph.outputs:
+        found.setdefault(v.name, ("output", True))
+    return found
+
+
+def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
+    proto = ir.to_proto(model)
+    have = {o.name for o in proto.graph.output}
+    for n in names:
+        if n not in have:
+            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT's own exception types
+        raise QnnxError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0][:300]}") from None
+
+
+def compare_models(float_model, quant_model, data, *, num_samples: int | None = None) -> list[LayerError]:
+    """Error statistics per tensor present in both models, worst SQNR first (outputs included)."""
+    fm, qm = load_model(float_model), load_model(quant_model)
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    fm = ShapeInferencePass(check_type=False, strict_mode=False)(fm).model  # dtypes of intermediate values
+    fv, qv = _float_values(fm), {v.name for n in qm.graph for v in n.outputs} | {v.name for v in qm.graph.outputs}
+    common = sorted(n for n in fv if n in qv)
+    if not common:
+        raise QnnxError("the two models share no tensor names to compare")
+    fs, qs = _session(fm, common), _session(qm, common)
+    stats = {n: LayerError(n, *fv[n]) for n in common}
+    seen = 0
+    for feed in iter_samples(data, input_specs(fm), num_samples):
+        try:
+            fr, qr = fs.run(common, feed), qs.run(common, feed)
+        except Exception as e:
+            raise QnnxError(f"ONNX Runtime failed on a sample: {str(e).splitlines()[0][:300]}") from None
+        for n, a, b in zip(common, fr, qr):
+            stats[n].add(np.asarray(a), np.asarray(b))
+        seen += 1
+    return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))
+
+
+def format_table(errors: list[LayerError], limit: int = 20) -> str:
+    outs = [e for e in errors if e.is_output]
+    lines = ["outputs:"] + [f"  {e.name}: SQNR {e.sqnr_db:.1f} dB, cosine {e.cosine:.5f}, max |err| {e.max_abs:.4g}"
+                            for e in outs]
+    layers = [e for e in errors if not e.is_output][:limit]
+    lines.append(f"worst {len(layers)} layers (of {sum(not e.is_output for e in errors)}):")
+    lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.name}"
+              for e in layers]
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""Per-layer error statistics: exact on known perturbations, streamed, clear errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import qnnx
+from qnnx.analysis import compare_models, summarize
+from qnnx.analysis.compare import LayerError
+from qnnx.cli import main
+
+
+def _model(scale: float) -> onnx.ModelProto:
+    """y = relu(x * k) with k = scale: two copies differ by a known factor."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(np.float32(scale), "k")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_sqnr_and_cosine_of_a_known_perturbation():
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(5)]
+    errors = {e.name: e for e in compare_models(_model(1.0), _model(1.1), data)}
+    # got = 1.1 * ref everywhere: noise/signal = 0.01 -> 20 dB; float32(1.1) = 1.10000002 moves it by 2e-6 dB
+    assert errors["m"].sqnr_db == pytest.approx(20.0, abs=1e-5)
+    assert errors["m"].cosine == pytest.approx(1.0, abs=1e-9)
+    assert errors["y"].is_output and errors["y"].sqnr_db == pytest.approx(20.0, abs=1e-5)
+    assert errors["m"].count == 5 * 8
+
+
+def test_identical_models_have_infinite_sqnr():
+    data = [np.ones((1, 8), np.float32)]
+    assert all(math.isinf(e.sqnr_db) for e in compare_models(_model(1.0), _model(1.0), data))
+
+
+def test_shape_mismatch_is_a_clear_error():
+    e = LayerError("t", "Mul", False)
+    with pytest.raises(qnnx.QnnxError, match="tensor 't' has shape"):
+        e.add(np.zeros((2, 2)), np.zeros((4,)))
+
+
+def test_cli_compare_lists_worst_layers_first(tmp_path, capsys):
+    onnx.save(_model(1.0), tmp_path / "f.onnx")
+    onnx.save(_model(0.5), tmp_path / "q.onnx")
+    (tmp_path / "d").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "d" / f"{i}.npy", np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32))
+    assert main(["compare", str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), "--data", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "outputs:" in out and "y: SQNR" in out and "Mul" in out
+
+
+def test_cli_compare_bad_data_exits_1(tmp_path, capsys):
+    onnx.save(_model(1.0), tmp_path / "f.onnx")
+    (tmp_path / "d").mkdir()
+    assert main(["compare", str(tmp_path / "f.onnx"), str(tmp_path / "f.onnx"), "--data", str(tmp_path / "d")]) == 1
+    assert "no .npy or .npz calibration files" in capsys.readouterr().err
+
+
+def test_inspect_counts_quantized_ops(tmp_path):
+    rng = np.random.default_rng(1)
+    x = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(4)]
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    qm = qnnx.quantize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), x,
+                       qnnx.QuantConfig(progress=False))
+    s = summarize(qm.qdq)
+    assert s.ops[("", "QuantizeLinear")] == 2 and s.ops[("", "DequantizeLinear")] == 3  # x, y; + weight
+    assert s.per_channel == 1 and s.per_tensor == 4 and s.scale_range[0] > 0
+    c = summarize(qm.canonical)
+    assert c.ops[("qnnx", "matmul")] == 1 and "qnnx integer ops" in c.format()
