@@ -73,6 +73,17 @@ def _cmd_compare(args) -> str:
     return format_table(errors, args.top)
 
 
+def _cmd_bench(args) -> str:
+    from qnnx.analysis.latency import median_latency_ms
+
+    for m in args.models:
+        if not Path(m).is_file():
+            raise QnnxError("file not found", where=m)
+    ms = median_latency_ms(args.models, args.data, threads=args.threads, repeats=args.repeats)
+    base = ms[args.models[0]]
+    return "\n".join(f"{v:9.2f} ms  {base / v:5.2f}x vs first  {p}" for p, v in ms.items())
+
+
 def _cmd_ops(args) -> str:
     from qnnx.dialect import REGISTRY
 
@@ -136,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--num-samples", type=int, default=None, help="use at most this many samples")
     s.add_argument("--top", type=int, default=20, help="how many layers to list")
     s.set_defaults(func=_cmd_compare)
+
+    s = sub.add_parser("bench", help="median latency of one or more models on ONNX Runtime (timed interleaved), "
+                       "with speedups relative to the first")
+    s.add_argument("models", nargs="+", help=".onnx files (the first is the baseline)")
+    s.add_argument("--data", metavar="DIR", default=None,
+                   help="take the input from the first sample here (needed for dynamic dims)")
+    s.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    s.add_argument("--repeats", type=int, default=20, help="timed runs per model")
+    s.set_defaults(func=_cmd_bench)
 
     s = sub.add_parser("ops", help="list the qnnx dialect's ops")
     s.set_defaults(func=_cmd_ops)

@@ -78,3 +78,16 @@ def test_inspect_counts_quantized_ops(tmp_path):
     assert s.per_channel == 1 and s.per_tensor == 4 and s.scale_range[0] > 0
     c = summarize(qm.canonical)
     assert c.ops[("qnnx", "matmul")] == 1 and "qnnx integer ops" in c.format()
+
+
+def test_cli_bench_times_models_and_reports_speedups(tmp_path, capsys):
+    onnx.save(_model(1.0), tmp_path / "a.onnx")
+    onnx.save(_model(2.0), tmp_path / "b.onnx")
+    assert main(["bench", str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), "--repeats", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "1.00x vs first" in lines[0] and "ms" in lines[1]
+
+
+def test_cli_bench_missing_file_exits_1(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "nope.onnx")]) == 1
+    assert "file not found" in capsys.readouterr().err
