@@ -41,7 +41,7 @@ for equal seeds, and ``evaluation(n)`` is a prefix of ``evaluation(n + k)``.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence

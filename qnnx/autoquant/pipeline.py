@@ -32,7 +32,7 @@ from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
 from qnnx.errors import QnnxError
-from qnnx.ir import const_array, save_model
+from qnnx.ir import save_model
 
 # Ops that only rearrange values: same multiset, so the same statistics as their input.
 PERMUTES_VALUES = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "DepthToSpace",
