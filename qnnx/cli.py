@@ -34,6 +34,16 @@ def _cmd_import(args) -> str:
     return f"wrote {out} ({n} qnnx ops)"
 
 
+def _cmd_from_qdq(args) -> str:
+    from qnnx.frontends import convert_qdq
+    from qnnx.ir import save_model
+
+    out = _output_path(args.model, args.output)
+    model, report = convert_qdq(args.model, strict=args.strict)
+    save_model(model, out)
+    return f"{report.summary()}\nwrote {out}"
+
+
 def _cmd_lower(args) -> str:
     from qnnx.frontends import import_onnx
     from qnnx.ir import save_model
@@ -99,10 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("import", help="rewrite ONNX quantization ops (QuantizeLinear, DequantizeLinear, QLinearConv, "
-                       "QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear) into the qnnx dialect")
+                       "QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*/QGemm) "
+                       "into the qnnx dialect, op for op")
     s.add_argument("model", help="input .onnx file (never modified)")
     s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
     s.set_defaults(func=_cmd_import)
+
+    s = sub.add_parser("from-qdq", help="convert a pre-quantized QDQ or QOperator model into the canonical qnnx "
+                       "integer form (fake-quantization-to-integer), listing any op left in float")
+    s.add_argument("model", help="QDQ / QOperator .onnx file (never modified)")
+    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
+    s.add_argument("--strict", action="store_true", help="fail, naming them, if any op stays in float")
+    s.set_defaults(func=_cmd_from_qdq)
 
     s = sub.add_parser("lower", help="import, then lower every qnnx op to standard ONNX ops that give "
                        "bit-identical results on any ONNX runtime")

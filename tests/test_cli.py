@@ -282,3 +282,32 @@ def test_quantize_help_mentions_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "quantize a float model with calibration samples" in capsys.readouterr().out
+
+
+def test_from_qdq_writes_the_canonical_model(tmp_path, capsys):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 4])
+    init = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+                           helper.make_node("Relu", ["xf"], ["r"]),
+                           helper.make_node("QuantizeLinear", ["r", "s", "z"], ["y"])], "g", [x], [y], init)
+    src = tmp_path / "qdq.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), src)
+    assert main(["from-qdq", str(src), "-o", str(tmp_path / "c.onnx"), "--strict"]) == 0
+    assert "left in float: none" in capsys.readouterr().out
+    ops = [n.op_type for n in onnx.load(tmp_path / "c.onnx").graph.node]
+    assert "Relu" not in ops and "Clip" in ops and "QuantizeLinear" not in ops
+
+
+def test_from_qdq_strict_names_the_float_op(tmp_path, capsys):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 4])
+    init = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+                           helper.make_node("Cos", ["xf"], ["r"], name="cosine"),
+                           helper.make_node("QuantizeLinear", ["r", "s", "z"], ["y"])], "g", [x], [y], init)
+    src = tmp_path / "qdq.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), src)
+    assert main(["from-qdq", str(src), "-o", str(tmp_path / "c.onnx"), "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "cosine (Cos): no integer rule for this op" in err and not (tmp_path / "c.onnx").exists()
