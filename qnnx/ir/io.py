@@ -22,7 +22,7 @@ def load_model(model, *, copy: bool = True) -> ir.Model:
     """An ``ir.Model`` from a path, a ModelProto or an ir.Model (copied unless ``copy=False``,
     so passes never mutate what the caller handed in)."""
     if isinstance(model, ir.Model):
-        return ir.from_proto(ir.to_proto(model)) if copy else model
+        return model.clone() if copy else model
     if isinstance(model, onnx.ModelProto):
         return ir.from_proto(model)
     if isinstance(model, (str, os.PathLike)):
