@@ -22,12 +22,10 @@ import json
 import multiprocessing as mp
 import os
 import resource
-import statistics
 import sys
 import time
 from pathlib import Path
 
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.tasks import TASKS, run_model  # noqa: E402
@@ -90,24 +88,11 @@ def timed_quantize(fn_name: str, *args) -> tuple[float, float]:
 
 
 def latency(paths: dict[str, str], feeds: dict, threads: int, repeats: int) -> dict[str, float]:
-    """Median ms per model; runs interleaved round-robin so drift hits every model alike."""
-    sessions = {}
-    for k, p in paths.items():
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        sessions[k] = ort.InferenceSession(p, so, providers=["CPUExecutionProvider"])
-    for s in sessions.values():
-        for _ in range(3):
-            s.run(None, feeds)
-    times = {k: [] for k in sessions}
-    for _ in range(repeats):
-        for k, s in sessions.items():
-            t = time.perf_counter()
-            s.run(None, feeds)
-            times[k].append((time.perf_counter() - t) * 1000)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median ms per model, timed interleaved (qnnx.analysis.latency)."""
+    from qnnx.analysis.latency import median_latency_ms
+
+    ms = median_latency_ms(list(paths.values()), feed=feeds, threads=threads, repeats=repeats)
+    return {k: ms[p] for k, p in paths.items()}
 
 
 def bench_task(name: str, n_calib: int, n_eval: int, repeats: int) -> dict:

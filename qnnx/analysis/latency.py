@@ -25,10 +25,11 @@ def _feed(model_path: str, data) -> dict[str, np.ndarray]:
     return feed
 
 
-def median_latency_ms(models: list[str], data=None, *, threads: int = 1, repeats: int = 20,
-                      warmup: int = 3) -> dict[str, float]:
-    """Median milliseconds per run for each model (all models get the same input)."""
-    feed = _feed(models[0], data)
+def median_latency_ms(models: list[str], data=None, *, feed: dict[str, np.ndarray] | None = None, threads: int = 1,
+                      repeats: int = 20, warmup: int = 3) -> dict[str, float]:
+    """Median milliseconds per run for each model (all models get the same input: ``feed``, the
+    first sample of ``data``, or random values for static shapes)."""
+    feed = feed if feed is not None else _feed(models[0], data)
     sessions = {}
     for path in models:
         so = ort.SessionOptions()
