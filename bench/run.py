@@ -33,10 +33,12 @@ from bench.tasks import TASKS, run_model  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def _ort_quantize(model_path: str, calib: list, out_path: str, method: str = "MinMax") -> None:
+def _ort_quantize(model_path: str, calib: list, out_path: str, method: str = "MinMax", per_channel: bool = False,
+                  activation: str = "QUInt8") -> None:
     import onnx
     import onnx.version_converter
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = out_path + ".pre.onnx"
@@ -57,8 +59,8 @@ def _ort_quantize(model_path: str, calib: list, out_path: str, method: str = "Mi
             x = next(self.it, None)
             return None if x is None else {name: next(iter(x.values()))}
 
-    quantize_static(pre, out_path, Reader(), quant_format=QuantFormat.QDQ,
-                    calibrate_method=getattr(CalibrationMethod, method))
+    quantize_static(pre, out_path, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=getattr(QuantType, activation), calibrate_method=getattr(CalibrationMethod, method))
     os.unlink(pre)
 
 

@@ -316,6 +316,7 @@ _WEIGHT_RANK_OPS = {"conv", "conv_transpose", "Conv", "ConvTranspose"}
 _RANK_KEEPING_OPS = {"requantize", "quantize", "dequantize", "simulated_quantize", "simulated_dequantize", "lut",
                      "add", "sub", "mul", "Clip", "Relu", "Sigmoid", "HardSigmoid", "Mul", "Add", "Sub", "Div",
                      "BatchNormalization", "LeakyRelu", "Tanh", "Identity", "Cast"}
+_SHAPE_OPS = {"Shape", "Size"}
 _DATA_OPS = {"Shape", "Constant", "Identity", "Cast", "Size"}
 
 
@@ -328,6 +329,8 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
     nodes = [n for n in graph if n.domain != DOMAIN]
     after_dq: set[ir.Node] = set()
     for n in nodes:  # topological order: one forward sweep
+        if n.op_type in _SHAPE_OPS:
+            continue  # a tensor's shape is metadata, not quantized data: shape arithmetic is not a region
         if any(_is_dequantized(v) or (v is not None and v.producer() in after_dq) for v in n.inputs):
             after_dq.add(n)
     before_q: set[ir.Node] = set()
@@ -337,7 +340,8 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
                 before_q.add(n)
                 break
     for node in nodes:
-        if node in after_dq and node in before_q and node.op_type not in _DATA_OPS:
+        floating = any(o.dtype is None or o.dtype.is_floating_point() for o in node.outputs)
+        if node in after_dq and node in before_q and node.op_type not in _DATA_OPS and floating:
             has_rule = node.domain in ("", "ai.onnx") and node.op_type in FQ2I_RULES
             why = reasons.get(node) or ("inputs are not quantized with constant qparams" if has_rule
                                         else "no integer rule for this op")

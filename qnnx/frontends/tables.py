@@ -15,7 +15,8 @@ from qnnx.frontends.affine import AffineType
 
 
 def _sigmoid(x, a):
-    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for very negative x gives the right limit, 0
+        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
 
 
 def _hard_sigmoid(x, a):

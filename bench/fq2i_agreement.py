@@ -1,0 +1,87 @@
+"""Pre-quantized models -> canonical form: what stays float, and agreement with ONNX Runtime.
+
+    python bench/fq2i_agreement.py --calib 16 --eval 8
+
+Each real model is quantized by ONNX Runtime's quantize_static (QDQ; per-channel and per-tensor
+weights; int8 and uint8 activations), converted with qnnx.from_qdq, lowered to standard ONNX and
+run on the task's evaluation inputs. Reported: float ops left inside quantized regions, the share
+of output elements within one output quantum of ORT running the QDQ model (fused kernels, its
+default) and of ORT with graph optimizations off (the QDQ graph's own semantics), and argmax
+agreement along the last axis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import qnnx  # noqa: E402
+from bench.run import OUT, _ort_quantize  # noqa: E402
+from bench.tasks import TASKS  # noqa: E402
+
+
+def _session(model, level) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def _output_quantum(path: str) -> float | None:
+    g = onnx.load(path).graph
+    prod = {o: n for n in g.node for o in n.output}
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
+    p = prod.get(g.output[0].name)
+    if p is not None and p.op_type == "DequantizeLinear" and p.input[1] in inits and inits[p.input[1]].size == 1:
+        return float(inits[p.input[1]])
+    return None
+
+
+def measure(name: str, per_channel: bool, activation: str, n_calib: int, n_eval: int) -> str:
+    task = TASKS[name]
+    OUT.mkdir(exist_ok=True)
+    path = str(OUT / f"{name}.{'pc' if per_channel else 'pt'}.{activation}.qdq.onnx")
+    _ort_quantize(str(task.model_path), task.calibration(n_calib), path, per_channel=per_channel, activation=activation)
+    canonical, report = qnnx.frontends.convert_qdq(path)
+    lowered = qnnx.ir.to_proto(qnnx.lower(canonical))
+    ours = _session(lowered.SerializeToString(), ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    fused = _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    unfused = _session(path, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    q = _output_quantum(path)
+    within = {"fused": [0, 0], "unfused": [0, 0]}
+    argmax = []
+    for feed, _ in task.evaluation(n_eval):
+        o = ours.run(None, feed)[0].astype(np.float64)
+        for label, s in (("fused", fused), ("unfused", unfused)):
+            r = s.run(None, feed)[0].astype(np.float64)
+            tol = (q if q else 0.0) * 1.0001
+            within[label][0] += int((np.abs(r - o) <= tol).sum())
+            within[label][1] += r.size
+            if label == "fused" and r.ndim >= 2:
+                argmax.append(float(np.mean(r.argmax(-1) == o.argmax(-1))))
+    w = {k: a / b for k, (a, b) in within.items()}
+    return (f"| {name} | {'per-channel' if per_channel else 'per-tensor'} | {activation} | {len(report.left_in_float)} | "
+            f"{w['fused']:.4%} | {w['unfused']:.4%} | {np.mean(argmax):.4f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--eval", type=int, default=8)
+    args = ap.parse_args()
+    print("| model | weights | activations | float ops left | within 1 quantum of ORT (fused) | of ORT (unfused) "
+          "| argmax agreement |\n|---|---|---|---|---|---|---|", flush=True)
+    for name in args.tasks:
+        for per_channel, activation in ((True, "QInt8"), (False, "QUInt8")):
+            print(measure(name, per_channel, activation, args.calib, args.eval), flush=True)
+
+
+if __name__ == "__main__":
+    main()
