@@ -64,7 +64,13 @@ def _cmd_quantize(args) -> str:
                          exclude_op_types=tuple(args.exclude_op), num_samples=args.num_samples, seed=args.seed,
                          sqnr_threshold_db=args.sqnr_threshold, propagate_error=args.propagate_error,
                          progress=not args.quiet)
-    qm = quantize(args.model, args.calib, config)
+    if args.random_calibration:
+        print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
+              file=sys.stderr)
+        calibration = _random_samples(args.model, args.num_samples or 16, args.seed or 0)
+    else:
+        calibration = args.calib
+    qm = quantize(args.model, calibration, config)
     qm.save(out, format=args.format)
     return f"{qm.report.summary()}\nwrote {out} ({args.format})"
 
@@ -94,6 +100,22 @@ def _cmd_bench(args) -> str:
     return "\n".join(f"{v:9.2f} ms  {base / v:5.2f}x vs first  {p}" for p, v in ms.items())
 
 
+def _random_samples(model_path: str, n: int, seed: int):
+    """Standard-normal samples for a model with static input shapes (only behind --random-calibration)."""
+    import numpy as np
+
+    from qnnx.autoquant.data import input_specs
+    from qnnx.ir import load_model
+
+    specs = input_specs(load_model(model_path))
+    for s in specs:
+        if s.shape is None or any(d is None for d in s.shape):
+            raise QnnxError(f"input {s.name!r} has dynamic dims; random calibration needs static shapes",
+                            where=model_path)
+    rng = np.random.default_rng(seed)
+    return [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(n)]
+
+
 def _cmd_ops(args) -> str:
     from qnnx.dialect import REGISTRY
 
@@ -101,12 +123,19 @@ def _cmd_ops(args) -> str:
     return "\n".join(f"{name:<{width}}  {s.doc.split('. ')[0].rstrip('.')}" for name, s in sorted(REGISTRY.items()))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are user errors: one line, exit 1 (exit 2 is reserved for internal errors)."""
+
+    def error(self, message):
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, QuantConfig
 
-    p = argparse.ArgumentParser(prog="qnnx", description="Exact integer quantization of ONNX graphs.")
+    p = _Parser(prog="qnnx", description="Exact integer quantization of ONNX graphs.")
     p.add_argument("--version", action="version", version=f"qnnx {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("import", help="rewrite ONNX quantization ops (QuantizeLinear, DequantizeLinear, QLinearConv, "
                        "QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*/QGemm) "
@@ -131,8 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("quantize", help="quantize a float model with calibration samples (static, int8)")
     s.add_argument("model", help="float .onnx model (never modified)")
     s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
-    s.add_argument("--calib", required=True, metavar="DIR",
-                   help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--calib", metavar="DIR",
+                     help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")
+    src.add_argument("--random-calibration", action="store_true",
+                     help="calibrate on random normal data (static input shapes only); the result is NOT "
+                          "meaningful for accuracy — for trying the tool or timing only")
     s.add_argument("--format", choices=("qdq", "qnnx", "lowered"), default="qdq",
                    help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively (default); qnnx: the "
                         "canonical integer model; lowered: the canonical model in standard ONNX ops")

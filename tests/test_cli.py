@@ -274,7 +274,7 @@ def test_quantize_help_mentions_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
                    "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
-                   "--sqnr-threshold", "-q", "--quiet"):
+                   "--sqnr-threshold", "--propagate-error", "--random-calibration", "-q", "--quiet"):
         assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
     for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",
                    "int8", "uint16", "int16"):
@@ -311,3 +311,19 @@ def test_from_qdq_strict_names_the_float_op(tmp_path, capsys):
     assert main(["from-qdq", str(src), "-o", str(tmp_path / "c.onnx"), "--strict"]) == 1
     err = capsys.readouterr().err
     assert "cosine (Cos): no integer rule for this op" in err and not (tmp_path / "c.onnx").exists()
+
+
+def test_random_calibration_is_explicit_and_warns(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), src)
+    assert main(["quantize", str(src), "-o", str(tmp_path / "q.onnx"), "--random-calibration", "-q"]) == 0
+    assert "not meaningful" in capsys.readouterr().err and (tmp_path / "q.onnx").exists()
+    with pytest.raises(SystemExit) as e:  # neither --calib nor --random-calibration: a user error, exit 1
+        main(["quantize", str(src), "-o", str(tmp_path / "q2.onnx")])
+    assert e.value.code == 1 and not (tmp_path / "q2.onnx").exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "one of the arguments --calib --random-calibration is required" in err
