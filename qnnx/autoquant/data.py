@@ -1,5 +1,6 @@
-"""Calibration samples: a directory of .npy/.npz files or any iterable of arrays / feed dicts,
-validated against the model's inputs one sample at a time (nothing is held in memory)."""
+"""Calibration samples: a directory of .npy/.npz files, an :class:`~qnnx.autoquant.images.ImageFolder`,
+or any iterable of arrays / feed dicts, validated against the model's inputs one sample at a time
+(nothing is held in memory)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Iterator
 import numpy as np
 import onnx_ir as ir
 
+from qnnx.autoquant.images import ImageFolder, is_image_directory
 from qnnx.errors import QnnxError
 
 
@@ -36,8 +38,19 @@ def _files(directory: Path) -> list[Path]:
         raise QnnxError("calibration path is not a directory", where=str(directory))
     files = sorted(p for p in directory.iterdir() if p.suffix in (".npy", ".npz"))
     if not files:
+        if is_image_directory(directory):
+            raise QnnxError("no .npy or .npz calibration files, only images: give an ImageFolder with an "
+                            "ImagePreprocess (command line: --preprocess or --resize)", where=str(directory))
         raise QnnxError("no .npy or .npz calibration files", where=str(directory))
     return files
+
+
+def _subset(files: list, limit: int | None, seed: int | None) -> list:
+    """A seeded random subset of ``limit`` files (kept in name order), or all of them."""
+    if limit is not None and seed is not None and limit < len(files):
+        pick = np.random.default_rng(seed).choice(len(files), size=limit, replace=False)
+        return [files[i] for i in sorted(pick)]
+    return list(files)
 
 
 def _load_file(path: Path, specs: list[InputSpec]) -> dict[str, np.ndarray]:
@@ -84,14 +97,13 @@ def _validate(feed: dict[str, np.ndarray], specs: list[InputSpec], where: str) -
 
 def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
                  seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Validated feed dicts, one at a time. From a directory with ``limit`` below the number of
-    files, ``seed`` picks which files (a seeded random subset); otherwise files go in name order."""
+    """Validated feed dicts, one at a time. From a directory or an ImageFolder with ``limit`` below the
+    number of files, ``seed`` picks which files (a seeded random subset); otherwise files go in name order."""
     if isinstance(calibration, (str, os.PathLike)):
-        files = _files(Path(calibration))
-        if limit is not None and seed is not None and limit < len(files):
-            pick = np.random.default_rng(seed).choice(len(files), size=limit, replace=False)
-            files = [files[i] for i in sorted(pick)]
+        files = _subset(_files(Path(calibration)), limit, seed)
         items: Iterator = ((str(p), _load_file(p, specs)) for p in files)
+    elif isinstance(calibration, ImageFolder):
+        items = calibration.named_samples(specs, _subset(calibration.files, limit, seed))
     else:
         try:
             source = iter(calibration)

@@ -318,7 +318,8 @@ class QuantizedModel:
 
 def quantize(model, calibration, config: QuantConfig | None = None) -> QuantizedModel:
     """Quantize a float model with representative ``calibration`` samples (no labels):
-    a directory of .npy/.npz files, or an iterable of arrays (single input) / dicts by input name."""
+    a directory of .npy/.npz files, an :class:`~qnnx.autoquant.images.ImageFolder` (image files with
+    their preprocessing), or an iterable of arrays (single input) / dicts by input name."""
     config = config or QuantConfig()
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
     float_model = prepare(model, min_opset=21 if config.activation_dtype.endswith("16") else 13)
