@@ -471,3 +471,131 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     total = e.sum(axis=ax, keepdims=True)
     v = e.astype(np.float64) / total.astype(np.float64) / np.float64(sy.reshape(()))
     return saturate(_float_to_int64(round_float(v, rounding)) + zy.reshape(()), dtype)
+
+
+# --------------------------------------------------------------------------- layer normalization
+
+LAYER_NORM_MAX_PRODUCT = 1 << 62  # n**2 * max|x - zp|**2 must stay below this (int64 moments are exact)
+
+
+def _normalized_moments(x, x_zero_point, axis: int, what: str):
+    """Centered integers ``c = x - zp`` and, over the trailing axes from ``axis`` (kept as size-1
+    dims), the element count ``n`` and the exact int64 sums ``S1 = sum c``, ``S2 = sum c**2``."""
+    x = np.asarray(x)
+    t = int_type(x.dtype)
+    if t.bits > 16:
+        raise QnnxError(f"{what} input has dtype {t.name}; it takes 16 bits or fewer")
+    if x.ndim == 0:
+        raise QnnxError(f"{what} needs an input of rank >= 1")
+    zx = check_zero_point(x_zero_point, t, "x_zero_point")
+    if zx.size != 1:
+        raise QnnxError(f"{what} needs a per-tensor x_zero_point")
+    ax = normalize_axis(axis, x.ndim)
+    axes = tuple(range(ax, x.ndim))
+    n = int(np.prod(x.shape[ax:]))
+    c = as_int64(x) - zx.reshape(())
+    max_c = max(abs(t.qmax - int(zx)), abs(t.qmin - int(zx)))
+    if n == 0 or n * n * max_c * max_c >= LAYER_NORM_MAX_PRODUCT:
+        raise QnnxError(f"{what} over {n} elements of {t.name} does not fit exact int64 moments")
+    return c, n, c.sum(axis=axes, keepdims=True), (c * c).sum(axis=axes, keepdims=True)
+
+
+def _per_tensor_scale(s, name: str) -> np.float64:
+    s = check_scale(s, name)
+    if s.size != 1:
+        raise QnnxError(f"{name} must be per-tensor (one value), got shape {s.shape}")
+    return np.float64(s.reshape(()))
+
+
+def _requantize_real(v: np.ndarray, y_scale, y_zero_point, out_dtype: str, rounding: str) -> np.ndarray:
+    """``saturate(round(v / y_scale) + y_zero_point)`` with float64 ``v``: one IEEE double division,
+    then the rounding mode; NaN (never produced by the ops here) would saturate through 0.
+    Output qparams are per-tensor or 1-D along the last axis."""
+    dtype = int_type(out_dtype)
+    shape = v.shape
+    sy = broadcast_param(check_scale(y_scale, "y_scale"), shape, -1, 0, "y_scale").astype(np.float64)
+    zy = broadcast_param(check_zero_point(y_zero_point, dtype, "y_zero_point"), shape, -1, 0, "y_zero_point")
+    r = _float_to_int64(round_float(v / sy, check_rounding(rounding)))
+    return saturate(r + zy, dtype)
+
+
+def variance_multiplier(x_scale, n: int) -> np.float64:
+    """``x_scale**2 / n**2`` in float64 (two roundings): the real variance is ``V * this`` for
+    the exact integer ``V = n*S2 - S1**2``."""
+    s = np.float64(np.asarray(x_scale, np.float32).reshape(()))
+    return (s * s) / np.float64(n * n)
+
+
+def variance(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, out_dtype: str = "uint8",
+             rounding: str = "half_even") -> np.ndarray:
+    """Quantized population variance over the trailing axes from ``axis`` (kept as size-1 dims).
+
+    ``V = n*S2 - S1**2`` exactly in int64 (``S1``, ``S2``: sums of ``x - zp`` and of its
+    squares; ``n`` elements), ``var = float64(V) * variance_multiplier(x_scale, n)``, then
+    ``y = saturate(round(var / float64(y_scale)) + y_zero_point)`` (IEEE double, one rounding per step).
+    """
+    c, n, s1, s2 = _normalized_moments(x, x_zero_point, axis, "variance")
+    _per_tensor_scale(x_scale, "x_scale")
+    if np.asarray(y_scale).size != 1:
+        raise QnnxError("variance needs a per-tensor y_scale")
+    var = (n * s2 - s1 * s1).astype(np.float64) * variance_multiplier(x_scale, n)
+    return _requantize_real(var, y_scale, y_zero_point, out_dtype, rounding)
+
+
+def layer_norm(x, x_scale, x_zero_point, y_scale, y_zero_point, gamma=None, beta=None, variance=None,
+               variance_scale=None, variance_zero_point=None, *, axis: int = -1, epsilon: float = 1e-5,
+               out_dtype: str = "int8", rounding: str = "half_even") -> np.ndarray:
+    """Quantized layer normalization over the trailing axes from ``axis``.
+
+    Exact integer part, with ``c = x - x_zero_point`` and ``n`` normalized elements:
+    ``S1 = sum c``, ``S2 = sum c**2``, ``D = n*c - S1`` (``n`` times the distance to the mean) and
+    ``V = n*S2 - S1**2`` (``n**2`` times the variance), all int64.
+
+    Then IEEE double, one rounding per step, in this order:
+
+    1. ``var = float64(V) * variance_multiplier(x_scale, n)``; or, when a quantized ``variance``
+       is given (a source graph that quantized its variance, e.g. ONNX Runtime's QDQ),
+       ``var = max(float64(variance - variance_zero_point) * float64(variance_scale), 0)``.
+    2. ``den = sqrt(var + float64(float32(epsilon)))``.
+    3. ``z = float64(D) * (float64(x_scale) / n) / den``; ``z = 0`` where ``den == 0`` (a constant
+       row with ``epsilon == 0``).
+    4. ``z = z * float64(gamma)``, then ``z = z + float64(beta)`` (each when given; float
+       tensors broadcasting to the normalized dims).
+    5. ``y = saturate(round(z / float64(y_scale)) + y_zero_point)`` by ``rounding``; the output
+       qparams are per-tensor or 1-D along the last axis.
+    """
+    c, n, s1, s2 = _normalized_moments(x, x_zero_point, axis, "layer_norm")
+    sx = _per_tensor_scale(x_scale, "x_scale")
+    if variance is None:
+        var = (n * s2 - s1 * s1).astype(np.float64) * variance_multiplier(x_scale, n)
+    else:
+        v = np.asarray(variance)
+        vt = int_type(v.dtype)
+        if variance_scale is None or variance_zero_point is None:
+            raise QnnxError("a quantized variance needs variance_scale and variance_zero_point")
+        zv = check_zero_point(variance_zero_point, vt, "variance_zero_point")
+        if zv.size != 1:
+            raise QnnxError("variance_zero_point must be per-tensor")
+        if v.ndim != c.ndim or any(d not in (1, e) for d, e in zip(v.shape, s1.shape)):
+            raise QnnxError(f"variance of shape {v.shape} does not match the reduced shape {s1.shape}")
+        dv = (as_int64(v) - zv.reshape(())).astype(np.float64)
+        var = np.maximum(dv * _per_tensor_scale(variance_scale, "variance_scale"), 0.0)
+    den = np.sqrt(var + np.float64(np.float32(epsilon)))
+    d = (n * c - s1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(den == 0, 0.0, d * (sx / np.float64(n)) / den)
+    norm_shape = c.shape[normalize_axis(axis, c.ndim):]
+    for p, name, combine in ((gamma, "gamma", np.multiply), (beta, "beta", np.add)):
+        if p is None:
+            continue
+        p = np.asarray(p)
+        if p.dtype.kind != "f":
+            raise QnnxError(f"{name} must be a float tensor, got dtype {p.dtype}")
+        try:
+            ok = np.broadcast_shapes(p.shape, norm_shape) == tuple(norm_shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise QnnxError(f"{name} of shape {p.shape} does not broadcast to the normalized shape {norm_shape}")
+        z = combine(z, p.astype(np.float64))
+    return _requantize_real(z, y_scale, y_zero_point, out_dtype, rounding)

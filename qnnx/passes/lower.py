@@ -13,6 +13,8 @@ emitters of :mod:`qnnx.passes.lower_arith`:
     concat                          -> requantize each input, Concat
     avg_pool / global_avg_pool      -> window sums (ConvInteger with a ones kernel / ReduceSum) + rescale
     lut                             -> Gather
+    softmax                         -> ReduceMax, Gather (exp table), ReduceSum, double Div
+    variance / layer_norm           -> int64 ReduceSum moments, double Mul/Sqrt/Div, rounding
 
 Scales and zero points must be constants (the fixed-point multipliers are
 computed offline) — except quantize/dequantize, whose per-tensor scale may be
@@ -517,6 +519,101 @@ def _softmax(node, a, b):
     v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
     return [_add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)]
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def _moments(b: Builder, node: ir.Node, axis: int, what: str):
+    """Lowered numerics._normalized_moments: (centered int64 x, n, S1, S2, normalized axes, rank)."""
+    x = node.inputs[0]
+    t = _dtype(x, "x")
+    rank = _rank(x, "x", like=node.outputs[0])
+    ax = numerics.normalize_axis(axis, rank)
+    dims = list(x.shape)[ax:] if x.shape is not None else [None]
+    if not all(isinstance(d, int) for d in dims):
+        raise QnnxError(f"{what} needs static normalized dims to lower")
+    n = int(np.prod(dims))
+    zx = np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64)
+    numerics.check_zero_point(zx, t, "x_zero_point")
+    max_c = max(abs(t.qmax - int(zx.reshape(-1)[0])), abs(t.qmin - int(zx.reshape(-1)[0])))
+    if t.bits > 16 or zx.size != 1 or n * n * max_c * max_c >= numerics.LAYER_NORM_MAX_PRODUCT:
+        raise QnnxError(f"{what} over {n} elements of {t.name} does not fit exact int64 moments")
+    axes = list(range(ax, rank))
+    c = _sub_zero_point(b, x, zx.reshape(()))
+    s1 = la.reduce(b, "ReduceSum", c, axes, "sum")
+    s2 = la.reduce(b, "ReduceSum", b.op("Mul", [c, c], hint="square"), axes, "sum_of_squares")
+    return c, n, s1, s2, axes, rank
+
+
+def _f64(b: Builder, v, hint: str) -> ir.Value:
+    return b.const(np.asarray(v, np.float64), hint)
+
+
+def _exact_variance(b: Builder, n: int, s1: ir.Value, s2: ir.Value, x_scale) -> ir.Value:
+    v = b.op("Sub", [b.op("Mul", [la.i64(b, n, "n"), s2]), b.op("Mul", [s1, s1])], hint="n2_variance")
+    return b.op("Mul", [b.op("Cast", [v], to=ir.DataType.DOUBLE),
+                        _f64(b, numerics.variance_multiplier(x_scale, n), "variance_multiplier")], hint="variance")
+
+
+def _requantize_real(b: Builder, node: ir.Node, v: ir.Value, a: dict, rank: int) -> ir.Value:
+    """Lowered numerics._requantize_real: double division by y_scale, rounding, zero point, saturate."""
+    sy, zy = _const(node, 3, "y_scale"), _const(node, 4, "y_zero_point")
+    out_t = int_type(a["out_dtype"])
+    numerics.check_scale(sy, "y_scale")
+    numerics.check_zero_point(zy, out_t, "y_zero_point")
+    sy, zy = _along(sy, rank, -1, "y_scale"), _along(zy, rank, -1, "y_zero_point")
+    q = b.op("Div", [v, _f64(b, sy, "y_scale_f64")], hint="scaled")
+    f64 = ir.DataType.DOUBLE
+    r = la.float_to_i64(b, la.round_float(b, q, a["rounding"], f64), f64)
+    return _add_zero_point_and_cast(b, r, zy.astype(np.int64), out_t)
+
+
+@lower_rule("variance")
+def _variance(node, a, b):
+    sx = _const(node, 1, "x_scale")
+    numerics.check_scale(sx, "x_scale")
+    if sx.size != 1 or _const(node, 3, "y_scale").size != 1:
+        raise QnnxError("variance needs per-tensor x_scale and y_scale")
+    _, n, s1, s2, _, rank = _moments(b, node, a["axis"], "variance")
+    return [_requantize_real(b, node, _exact_variance(b, n, s1, s2, sx), a, rank)]
+
+
+@lower_rule("layer_norm")
+def _layer_norm(node, a, b):
+    sx = _const(node, 1, "x_scale")
+    numerics.check_scale(sx, "x_scale")
+    if sx.size != 1:
+        raise QnnxError("layer_norm needs a per-tensor x_scale")
+    c, n, s1, s2, axes, rank = _moments(b, node, a["axis"], "layer_norm")
+    f64 = ir.DataType.DOUBLE
+    opt = {i: (node.inputs[i] if i < len(node.inputs) else None) for i in range(5, 10)}
+    if opt[7] is None:
+        var = _exact_variance(b, n, s1, s2, sx)
+    else:
+        sv, zv = _const(node, 8, "variance_scale"), _const(node, 9, "variance_zero_point")
+        numerics.check_scale(sv, "variance_scale")
+        numerics.check_zero_point(zv, _dtype(opt[7], "variance"), "variance_zero_point")
+        if sv.size != 1 or zv.size != 1:
+            raise QnnxError("variance_scale and variance_zero_point must be per-tensor")
+        dv = b.op("Cast", [_sub_zero_point(b, opt[7], np.asarray(zv).astype(np.int64).reshape(()))], to=f64)
+        var = b.op("Max", [b.op("Mul", [dv, _f64(b, np.float64(sv.reshape(())), "variance_scale_f64")]),
+                           _f64(b, 0.0, "zero_f64")], hint="variance")
+    eps = np.float64(np.float32(a["epsilon"]))
+    den = b.op("Sqrt", [b.op("Add", [var, _f64(b, eps, "epsilon_f64")])], hint="std")
+    d = b.op("Sub", [b.op("Mul", [la.i64(b, n, "n"), c]), s1], hint="n_centered")
+    kd = np.float64(np.float64(sx.reshape(())) / np.float64(n))
+    z = b.op("Div", [b.op("Mul", [b.op("Cast", [d], to=f64), _f64(b, kd, "x_scale_over_n")]), den], hint="normalized")
+    zero = _f64(b, 0.0, "zero_f64")
+    z = b.op("Where", [b.op("Equal", [den, zero]), zero, z], hint="normalized_or_zero")
+    for i, op_type, name in ((5, "Mul", "gamma"), (6, "Add", "beta")):
+        if opt[i] is None:
+            continue
+        p = _const(node, i, name)
+        if p.dtype.kind != "f":
+            raise QnnxError(f"{name} must be a float tensor, got dtype {p.dtype}")
+        z = b.op(op_type, [z, _f64(b, p.astype(np.float64), f"{name}_f64")], hint=f"times_{name}")
+    return [_requantize_real(b, node, z, a, rank)]
 
 
 # --------------------------------------------------------------------------- pooling

@@ -267,3 +267,66 @@ def test_conv_transpose(xshape, wshape, attrs, xdtype, per_channel):
                   bias=rng.integers(-5000, 5000, m_out).astype(np.int32))
     m = _model("conv_transpose", {"x": x}, consts, ["x", "w", "xs", "xz", "ws", "wz", "bias"], attrs)
     _compare(m, {"x": x})
+
+
+LAYER_NORM_CASES = [  # (x dtype, out dtype, shape, axis, per-channel output)
+    (np.int8, "int8", (2, 5, 16), -1, False),
+    (np.uint8, "uint8", (3, 40), -1, True),
+    (np.uint8, "int8", (2, 3, 4, 5), -2, False),
+    (np.int8, "uint8", (1, 7, 120), 2, True),
+    (np.int16, "int16", (2, 3, 33), -1, False),
+]
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("case", range(len(LAYER_NORM_CASES)))
+@pytest.mark.parametrize("affine", ["none", "gamma", "gamma_beta"])
+def test_layer_norm(rounding, case, affine):
+    xdtype, out_dtype, shape, axis, per_channel = LAYER_NORM_CASES[case]
+    rng = np.random.default_rng(31 + case)
+    x = _rand_int(rng, xdtype, shape)
+    x[0, ...] = _rand_int(rng, xdtype, shape[1:]) // 8  # narrow rows: small variances
+    x.reshape(-1, shape[-1])[1] = x.reshape(-1, shape[-1])[1, 0]  # a constant row
+    norm = shape[axis:] if axis < 0 else shape[axis:]
+    last = shape[-1]
+    out_np = np.dtype(out_dtype).type
+    consts = dict(xs=np.float32(0.0004 if xdtype == np.int16 else 0.05),
+                  xz=np.int32(0 if xdtype == np.int16 else _zps(rng, xdtype, 1)[0]),
+                  ys=_scales(rng, last, -2, -1) if per_channel else np.float32(0.03),
+                  yz=_zps(rng, out_np, last) if per_channel else np.int32(_zps(rng, out_np, 1)[0]))
+    order = ["x", "xs", "xz", "ys", "yz"]
+    if affine != "none":
+        consts["g"] = rng.uniform(-2, 2, size=norm).astype(np.float32)
+        order.append("g")
+    if affine == "gamma_beta":
+        consts["bt"] = rng.uniform(-1, 1, size=norm[-1:]).astype(np.float32)
+        order.append("bt")
+    m = _model("layer_norm", {"x": x}, consts, order,
+               dict(axis=axis, epsilon=1e-5 if case % 2 else 0.0, out_dtype=out_dtype, rounding=rounding))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("vdtype", [np.uint8, np.int8])
+def test_layer_norm_with_quantized_variance(rounding, vdtype):
+    rng = np.random.default_rng(37)
+    x = _rand_int(rng, np.uint8, (2, 6, 24))
+    var = _rand_int(rng, vdtype, (2, 6, 1))
+    consts = dict(xs=np.float32(0.02), xz=np.int32(120), ys=np.float32(0.02), yz=np.int32(128),
+                  vs=np.float32(0.003), vz=np.int32(0 if vdtype == np.uint8 else -100))
+    m = _model("layer_norm", {"x": x, "v": var}, consts, ["x", "xs", "xz", "ys", "yz", "", "", "v", "vs", "vz"],
+               dict(epsilon=0.0, out_dtype="uint8", rounding=rounding))
+    _compare(m, {"x": x, "v": var})
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("xdtype,axis", [(np.int8, -1), (np.uint8, 1), (np.int16, -1)])
+def test_variance(rounding, xdtype, axis):
+    rng = np.random.default_rng(41)
+    x = _rand_int(rng, xdtype, (2, 5, 12))
+    consts = dict(xs=np.float32(0.05 if xdtype != np.int16 else 0.001),
+                  xz=np.int32(0 if xdtype == np.int16 else _zps(rng, xdtype, 1)[0]),
+                  ys=np.float32(0.5 if xdtype != np.int16 else 0.02), yz=np.int32(0))
+    m = _model("variance", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(axis=axis, out_dtype="uint8", rounding=rounding))
+    _compare(m, {"x": x})
