@@ -1,4 +1,4 @@
-"""Deterministic synthetic image rendering for the real-model benchmarks.
+"""Deterministic synthetic images and sentences for the real-model benchmarks.
 
 Everything here is a pure function of a ``numpy.random.Generator`` so the
 benchmark data are reproducible bit-for-bit from a seed; no files are read
@@ -8,6 +8,9 @@ because that is what rapidocr and nudenet receive from ``cv2.imread``.
 There is no CJK font on this machine (``fc-list`` shows DejaVu only), so the
 OCR text is restricted to digits, Latin letters and ASCII punctuation, all of
 which exist in the PP-OCRv4 recognizer charset.
+
+``sentence`` makes English sentences for the sentence-embedding model the same way
+(word lists and templates, no corpus).
 """
 from __future__ import annotations
 
@@ -225,3 +228,53 @@ def scene(rng: np.random.Generator, size: tuple[int, int] = (400, 300)) -> np.nd
         _figure(img, rng, int(rng.integers(40, W - 40)), int(rng.integers(20, max(21, H - int(150 * s)))), s)
     img = cv2.GaussianBlur(img, (3, 3), 0.8) + rng.normal(0, 6, img.shape)  # float64 from here
     return np.clip(img, 0, 255).astype(np.uint8)
+
+
+# --------------------------------------------------------------------------- sentences
+# No text corpus ships offline; the sentence-embedding benchmark needs varied, plausible English
+# of about 5-60 word-piece tokens, built from word lists and templates.
+_NOUNS = ("river", "engineer", "market", "window", "student", "garden", "company", "bridge", "doctor", "computer",
+          "village", "teacher", "storm", "library", "museum", "kitchen", "train", "mountain", "report", "planet",
+          "server", "recipe", "budget", "orchestra", "harbor", "vaccine", "algorithm", "festival", "farmer", "camera")
+_ADJS = ("old", "quiet", "bright", "expensive", "broken", "famous", "tiny", "crowded", "ancient", "modern", "rainy",
+         "careful", "strange", "local", "digital", "heavy", "friendly", "remote", "green", "complex")
+_VERBS = (("open", "opened"), ("visit", "visited"), ("repair", "repaired"), ("describe", "described"),
+          ("paint", "painted"), ("measure", "measured"), ("ignore", "ignored"), ("praise", "praised"),
+          ("design", "designed"), ("close", "closed"), ("study", "studied"), ("sell", "sold"), ("find", "found"),
+          ("carry", "carried"), ("explain", "explained"), ("clean", "cleaned"), ("test", "tested"),
+          ("delay", "delayed"))
+_ADVS = ("slowly", "yesterday", "again", "carefully", "at night", "without warning", "for hours", "in the morning",
+         "every week", "quickly")
+_PLACES = ("in Paris", "near the station", "on the third floor", "behind the school", "across the valley",
+           "at the airport", "in a small town", "under the old bridge", "by the sea", "in the north")
+_NAMES = ("Maria", "John", "Aiko", "Pedro", "Fatima", "Liam", "Olga", "Chen", "Amara", "Lukas")
+_TOPICS = ("climate change", "machine learning", "football", "the stock market", "medieval history",
+           "renewable energy", "jazz music", "public transport", "space travel", "healthy food")
+
+
+def _clause(rng: np.random.Generator, question: bool) -> str:
+    c = lambda xs: xs[int(rng.integers(len(xs)))]
+    if question:
+        return f"why did the {c(_NOUNS)} {c(_VERBS)[0]} the {c(_ADJS)} {c(_NOUNS)}"
+    kind = int(rng.integers(5))
+    if kind == 0:
+        return f"the {c(_ADJS)} {c(_NOUNS)} {c(_VERBS)[1]} the {c(_NOUNS)} {c(_PLACES)}"
+    if kind == 1:
+        return f"{c(_NAMES)} {c(_VERBS)[1]} a {c(_ADJS)} {c(_NOUNS)} {c(_ADVS)}"
+    if kind == 2:
+        return f"{c(_NAMES)} wrote {int(rng.integers(2, 500))} pages about {c(_TOPICS)} {c(_PLACES)}"
+    if kind == 3:
+        return f"{c(_TOPICS)} is {c(_ADJS)}"
+    return f"a {c(_NOUNS)} was {c(_VERBS)[1]} by {c(_NAMES)} {c(_ADVS)}, and the {c(_NOUNS)} was {c(_ADJS)}"
+
+
+def sentence(rng: np.random.Generator) -> str:
+    """A question, or 1-4 clauses joined with conjunctions: about 5 to 60 word-piece tokens."""
+    if rng.random() < 0.1:
+        text = _clause(rng, question=True)
+        return text[0].upper() + text[1:] + "?"
+    joins = (", and ", " because ", " while ", "; ", ", but ", ". Then ")
+    text = _clause(rng, False)
+    for _ in range(int(rng.integers(0, 4))):
+        text += joins[int(rng.integers(len(joins)))] + _clause(rng, False)
+    return text[0].upper() + text[1:] + "."

