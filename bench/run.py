@@ -11,8 +11,8 @@ models timed in the same run, interleaved, so the ratios survive a noisy machine
 quantizer's wall time and peak RSS (each quantizer runs in its own child process).
 
 ONNX Runtime's quantizer does not accept these models as given (opset < 13, dynamic dims,
-symbolic shape inference failures): the baseline first tries its quant_pre_process, then
-falls back to ONNX's version converter to opset 13 — the minimal surgery it needs.
+symbolic shape inference failures, weights in Constant nodes): bench/baseline_ort.py applies the
+least surgery that makes its quant_pre_process and quantize_static work, and says what it did.
 """
 
 from __future__ import annotations
@@ -33,35 +33,12 @@ from bench.tasks import TASKS, run_model  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def _ort_quantize(model_path: str, calib: list, out_path: str, method: str = "MinMax", per_channel: bool = False,
-                  activation: str = "QUInt8") -> None:
-    import onnx
-    import onnx.version_converter
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool = False) -> None:
+    """ORT's quantize_static with the least pre-processing it needs (bench/baseline_ort.py): QDQ,
+    MinMax, u8 activations / s8 weights, per-tensor unless asked."""
+    from bench.baseline_ort import ort_quantize_static
 
-    pre = out_path + ".pre.onnx"
-    try:
-        quant_pre_process(model_path, pre)
-    except Exception:  # its symbolic shape inference fails on dynamic dims: convert the opset only
-        m = onnx.load(model_path)
-        if m.opset_import[0].version < 13:
-            m = onnx.version_converter.convert_version(m, 13)
-        onnx.save(m, pre)
-    name = onnx.load(pre).graph.input[0].name
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            x = next(self.it, None)
-            return None if x is None else {name: next(iter(x.values()))}
-
-    quantize_static(pre, out_path, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                    activation_type=getattr(QuantType, activation), calibrate_method=getattr(CalibrationMethod, method))
-    os.unlink(pre)
+    ort_quantize_static(TASKS[task_name], calib, out_path, per_channel=per_channel)
 
 
 def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None) -> None:
@@ -105,7 +82,7 @@ def bench_task(name: str, n_calib: int, n_eval: int, repeats: int) -> dict:
     feeds, truths = [f for f, _ in ev], [t for _, t in ev]
     paths = {"fp32": str(task.model_path), "ort": str(OUT / f"{name}.ort.onnx"), "qnnx": str(OUT / f"{name}.qnnx.onnx")}
     res = {"task": name, "calib": n_calib, "eval": n_eval}
-    res["ort_quant_s"], res["ort_quant_mib"] = timed_quantize("_ort_quantize", paths["fp32"], calib, paths["ort"])
+    res["ort_quant_s"], res["ort_quant_mib"] = timed_quantize("_ort_quantize", name, calib, paths["ort"])
     res["qnnx_quant_s"], res["qnnx_quant_mib"] = timed_quantize("_qnnx_quantize", paths["fp32"], calib, paths["qnnx"])
     outs = {k: run_model(p, feeds) for k, p in paths.items()}
     for k in paths:
