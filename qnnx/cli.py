@@ -1,20 +1,48 @@
-"""The ``qnnx`` command.
+"""The ``qnnx`` command (typer; tables via :mod:`qnnx.terminal`).
 
-Exit codes: 0 ok, 1 bad input (one line on stderr naming the file/node and the
-problem), 2 internal error (message plus the path of a debug log with the
-traceback).
+Exit codes: 0 ok; 1 bad input or bad usage (one line on stderr naming the file/node/option and the
+problem); 2 internal error (one line naming the debug log that holds the traceback); 130 when
+interrupted. Click's own usage errors (exit 2 with a usage block) are turned into that one line
+with exit 1, because exit 2 means a bug in qnnx here.
 """
 
 from __future__ import annotations
 
-import argparse
+import enum
 import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+# typer >= 0.29 ships its own copy of click; these are the exceptions its parser raises.
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from qnnx import __version__
+from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, QuantConfig
 from qnnx.errors import QnnxError
+
+# Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
+app = typer.Typer(name="qnnx", add_completion=False, rich_markup_mode=None, no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+Method = enum.Enum("Method", {m: m for m in METHODS}, type=str)
+ActivationDtype = enum.Enum("ActivationDtype", {d: d for d in ACTIVATION_DTYPES}, type=str)
+
+
+class Format(str, enum.Enum):
+    qdq = "qdq"
+    qnnx = "qnnx"
+    lowered = "lowered"
+
+
+Output = Annotated[str, typer.Option("-o", "--output", help="output .onnx file (written atomically; never the input)",
+                                     show_default=False)]
+
+
+def _model(help: str, metavar: str = "MODEL"):
+    return typer.Argument(metavar=metavar, help=help, show_default=False)
 
 
 def _output_path(inp: str, out: str) -> Path:
@@ -23,81 +51,140 @@ def _output_path(inp: str, out: str) -> Path:
     return Path(out)
 
 
-def _cmd_import(args) -> str:
+def _version(value: bool) -> None:
+    if value:
+        print(f"qnnx {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    """Exact integer quantization of ONNX graphs.
+
+    Exit codes: 0 ok, 1 bad input or usage (one line on stderr), 2 internal error (names a debug log).
+    """
+
+
+@app.command("import", short_help='ONNX quantization ops -> qnnx dialect, op for op',
+             help=('Rewrite ONNX quantization ops (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, '
+                   'ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*/QGemm) into the qnnx '
+                   'dialect, op for op.'))
+def import_(model: Annotated[str, _model("input .onnx file (never modified)")],
+            output: Output) -> None:
     from qnnx.frontends import import_onnx
     from qnnx.ir import save_model
+    from qnnx.terminal import show_lines
 
-    out = _output_path(args.model, args.output)
-    model = import_onnx(args.model)
-    n = sum(1 for node in model.graph if node.domain == "qnnx")
-    save_model(model, out)
-    return f"wrote {out} ({n} qnnx ops)"
+    out = _output_path(model, output)
+    m = import_onnx(model)
+    n = sum(1 for node in m.graph if node.domain == "qnnx")
+    save_model(m, out)
+    show_lines(f"wrote {out} ({n} qnnx ops)")
 
 
-def _cmd_from_qdq(args) -> str:
+@app.command("from-qdq", short_help='pre-quantized QDQ/QOperator model -> canonical integer form',
+             help=('Convert a pre-quantized QDQ or QOperator model into the canonical qnnx integer form (fake-'
+                   'quantization-to-integer), listing any op left in float.'))
+def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never modified)")],
+             output: Output,
+             strict: Annotated[bool, typer.Option("--strict", help="fail, naming them, if any op stays in float")]
+             = False) -> None:
     from qnnx.frontends import convert_qdq
     from qnnx.ir import save_model
+    from qnnx.terminal import show_lines
 
-    out = _output_path(args.model, args.output)
-    model, report = convert_qdq(args.model, strict=args.strict)
-    save_model(model, out)
-    return f"{report.summary()}\nwrote {out}"
+    out = _output_path(model, output)
+    m, report = convert_qdq(model, strict=strict)
+    save_model(m, out)
+    show_lines(f"{report.summary()}\nwrote {out}")
 
 
-def _cmd_lower(args) -> str:
+@app.command("lower", short_help='qnnx / ONNX quant ops -> plain ONNX, bit-exact on ONNX Runtime',
+             help=('Import, then lower every qnnx op to standard ONNX ops that give bit-identical results on any '
+                   'ONNX runtime.'))
+def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX quantization ops (never "
+                                      "modified)")],
+          output: Output) -> None:
     from qnnx.frontends import import_onnx
     from qnnx.ir import save_model
-    from qnnx.passes.lower import lower
+    from qnnx.passes.lower import lower as lower_model
+    from qnnx.terminal import show_lines
 
-    out = _output_path(args.model, args.output)
-    model = lower(import_onnx(args.model), copy=False)
-    save_model(model, out)
-    return f"wrote {out} ({model.graph.num_nodes()} standard ONNX ops, no qnnx ops)"
+    out = _output_path(model, output)
+    m = lower_model(import_onnx(model), copy=False)
+    save_model(m, out)
+    show_lines(f"wrote {out} ({m.graph.num_nodes()} standard ONNX ops, no qnnx ops)")
 
 
-def _cmd_quantize(args) -> str:
-    from qnnx.autoquant import QuantConfig, quantize
+@app.command("quantize", short_help='quantize a float model with calibration samples',
+             help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
+                   'integer, what stayed float and why.'))
+def quantize(
+        model: Annotated[str, _model("float .onnx model (never modified)")],
+        output: Output,
+        calib: Annotated[Optional[str], typer.Option(
+            "--calib", metavar="DIR", show_default=False,
+            help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")] = None,
+        random_calibration: Annotated[bool, typer.Option(
+            "--random-calibration", help="calibrate on random normal data (static input shapes only); the result "
+            "is NOT meaningful for accuracy: for trying the tool or timing only")] = False,
+        format: Annotated[Format, typer.Option(
+            "--format", help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively; qnnx: the "
+            "canonical integer model; lowered: the canonical model in standard ONNX ops")] = Format.qdq,
+        method: Annotated[Method, typer.Option("--method", help="activation calibration method")]
+        = Method(QuantConfig.method),
+        percentile: Annotated[float, typer.Option("--percentile", help="for --method percentile")]
+        = QuantConfig.percentile,
+        activation_dtype: Annotated[ActivationDtype, typer.Option("--activation-dtype", help="activation integer "
+                                                                  "type")] = ActivationDtype(QuantConfig.activation_dtype),
+        symmetric: Annotated[bool, typer.Option(
+            "--symmetric/--asymmetric", help="activation ranges: symmetric around zero (zero point 0, or 128 for "
+            "uint8) or asymmetric min..max")] = QuantConfig.activation_symmetric,
+        per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
+                                                  help="per-channel weight scales")] = QuantConfig.per_channel,
+        exclude_node: Annotated[Optional[list[str]], typer.Option(
+            "--exclude-node", metavar="NAME", show_default=False, help="keep this node in float (repeatable)")]
+        = None,
+        exclude_op: Annotated[Optional[list[str]], typer.Option(
+            "--exclude-op", metavar="OP_TYPE", show_default=False, help="keep every node of this op type in float "
+            "(repeatable)")] = None,
+        num_samples: Annotated[Optional[int], typer.Option(
+            "--num-samples", min=1, show_default=False, help="use at most this many calibration samples (default: "
+            "all; 16 with --random-calibration)")] = None,
+        seed: Annotated[int, typer.Option(
+            "--seed", help="which calibration files --num-samples picks (a seeded random subset of the directory); "
+            "also seeds --random-calibration")] = 0,
+        sqnr_threshold: Annotated[Optional[float], typer.Option(
+            "--sqnr-threshold", metavar="DB", show_default=False,
+            help="keep patterns whose output SQNR is below DB in float")] = None,
+        propagate_error: Annotated[bool, typer.Option(
+            "--propagate-error", help="second calibration pass on the quantized model, so ranges see upstream "
+            "error")] = False,
+        quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
+) -> None:
+    from qnnx.autoquant import quantize as quantize_model
+    from qnnx.terminal import show_quant_report
 
-    out = _output_path(args.model, args.output)
-    config = QuantConfig(method=args.method, percentile=args.percentile, activation_dtype=args.activation_dtype,
-                         per_channel=args.per_channel, exclude_nodes=tuple(args.exclude_node),
-                         exclude_op_types=tuple(args.exclude_op), num_samples=args.num_samples, seed=args.seed,
-                         sqnr_threshold_db=args.sqnr_threshold, propagate_error=args.propagate_error,
-                         progress=not args.quiet)
-    if args.random_calibration:
+    if calib is None and not random_calibration:
+        raise UsageError("one of the arguments --calib --random-calibration is required")
+    if calib is not None and random_calibration:
+        raise UsageError("--calib and --random-calibration are mutually exclusive")
+    out = _output_path(model, output)
+    config = QuantConfig(method=method.value, percentile=percentile, activation_dtype=activation_dtype.value,
+                         activation_symmetric=symmetric, per_channel=per_channel,
+                         exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
+                         num_samples=num_samples, seed=seed, sqnr_threshold_db=sqnr_threshold,
+                         propagate_error=propagate_error, progress=not quiet)
+    if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
-        calibration = _random_samples(args.model, args.num_samples or 16, args.seed or 0)
+        calibration = _random_samples(model, num_samples or 16, seed)
     else:
-        calibration = args.calib
-    qm = quantize(args.model, calibration, config)
-    qm.save(out, format=args.format)
-    return f"{qm.report.summary()}\nwrote {out} ({args.format})"
-
-
-def _cmd_inspect(args) -> str:
-    from qnnx.analysis import summarize
-
-    return summarize(args.model).format()
-
-
-def _cmd_compare(args) -> str:
-    from qnnx.analysis import compare_models
-    from qnnx.analysis.compare import format_table
-
-    errors = compare_models(args.float_model, args.quant_model, args.data, num_samples=args.num_samples)
-    return format_table(errors, args.top)
-
-
-def _cmd_bench(args) -> str:
-    from qnnx.analysis.latency import median_latency_ms
-
-    for m in args.models:
-        if not Path(m).is_file():
-            raise QnnxError("file not found", where=m)
-    ms = median_latency_ms(args.models, args.data, threads=args.threads, repeats=args.repeats)
-    base = ms[args.models[0]]
-    return "\n".join(f"{v:9.2f} ms  {base / v:5.2f}x vs first  {p}" for p, v in ms.items())
+        calibration = calib
+    qm = quantize_model(model, calibration, config)
+    qm.save(out, format=format.value)
+    show_quant_report(qm.report, f"wrote {out} ({format.value})")
 
 
 def _random_samples(model_path: str, n: int, seed: int):
@@ -116,120 +203,102 @@ def _random_samples(model_path: str, n: int, seed: int):
     return [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(n)]
 
 
-def _cmd_ops(args) -> str:
+@app.command("inspect", short_help='ops by domain, what is quantized, qparams',
+             help='Summarize a model: ops by domain, what is quantized, qparams.')
+def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
+    from qnnx.analysis import summarize
+    from qnnx.terminal import show_summary
+
+    show_summary(summarize(model))
+
+
+@app.command("compare", short_help='per-output and per-layer error vs the float model',
+             help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
+                   'max error), worst layers first.'))
+def compare(
+        float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
+        quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
+                                                  "by name)", "QUANT_MODEL")],
+        data: Annotated[str, typer.Option("--data", metavar="DIR", show_default=False,
+                                          help="samples: .npy (single input) or .npz by input name")],
+        num_samples: Annotated[Optional[int], typer.Option("--num-samples", min=1, show_default=False,
+                                                           help="use at most this many samples (default: all)")]
+        = None,
+        top: Annotated[int, typer.Option("--top", min=0, help="how many layers to list")] = 20,
+) -> None:
+    from qnnx.analysis import compare_models
+    from qnnx.terminal import show_compare
+
+    show_compare(compare_models(float_model, quant_model, data, num_samples=num_samples), top)
+
+
+@app.command("bench", short_help='median ONNX Runtime latency and speedup vs the first model',
+             help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
+                   ' to the first.'))
+def bench(
+        models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
+        data: Annotated[Optional[str], typer.Option(
+            "--data", metavar="DIR", show_default=False,
+            help="take the input from the first sample here (needed for dynamic dims; default: random values)")]
+        = None,
+        threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
+        repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
+) -> None:
+    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.terminal import show_latency
+
+    for m in models:
+        if not Path(m).is_file():
+            raise QnnxError("file not found", where=m)
+    show_latency(median_latency_ms(models, data, threads=threads, repeats=repeats), threads)
+
+
+@app.command("ops", short_help="list the qnnx dialect's ops",
+             help="List the qnnx dialect's ops.")
+def ops() -> None:
     from qnnx.dialect import REGISTRY
+    from qnnx.terminal import show_ops
 
-    width = max(map(len, REGISTRY))
-    return "\n".join(f"{name:<{width}}  {s.doc.split('. ')[0].rstrip('.')}" for name, s in sorted(REGISTRY.items()))
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors are user errors: one line, exit 1 (exit 2 is reserved for internal errors)."""
-
-    def error(self, message):
-        self.exit(1, f"{self.prog}: error: {message}\n")
+    show_ops({name: s.doc.split(". ")[0].rstrip(".") for name, s in REGISTRY.items()})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, QuantConfig
-
-    p = _Parser(prog="qnnx", description="Exact integer quantization of ONNX graphs.")
-    p.add_argument("--version", action="version", version=f"qnnx {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    s = sub.add_parser("import", help="rewrite ONNX quantization ops (QuantizeLinear, DequantizeLinear, QLinearConv, "
-                       "QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*/QGemm) "
-                       "into the qnnx dialect, op for op")
-    s.add_argument("model", help="input .onnx file (never modified)")
-    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
-    s.set_defaults(func=_cmd_import)
-
-    s = sub.add_parser("from-qdq", help="convert a pre-quantized QDQ or QOperator model into the canonical qnnx "
-                       "integer form (fake-quantization-to-integer), listing any op left in float")
-    s.add_argument("model", help="QDQ / QOperator .onnx file (never modified)")
-    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
-    s.add_argument("--strict", action="store_true", help="fail, naming them, if any op stays in float")
-    s.set_defaults(func=_cmd_from_qdq)
-
-    s = sub.add_parser("lower", help="import, then lower every qnnx op to standard ONNX ops that give "
-                       "bit-identical results on any ONNX runtime")
-    s.add_argument("model", help="input .onnx file with qnnx and/or ONNX quantization ops (never modified)")
-    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
-    s.set_defaults(func=_cmd_lower)
-
-    s = sub.add_parser("quantize", help="quantize a float model with calibration samples (static, int8)")
-    s.add_argument("model", help="float .onnx model (never modified)")
-    s.add_argument("-o", "--output", required=True, help="output .onnx file (written atomically)")
-    src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--calib", metavar="DIR",
-                     help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")
-    src.add_argument("--random-calibration", action="store_true",
-                     help="calibrate on random normal data (static input shapes only); the result is NOT "
-                          "meaningful for accuracy — for trying the tool or timing only")
-    s.add_argument("--format", choices=("qdq", "qnnx", "lowered"), default="qdq",
-                   help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively (default); qnnx: the "
-                        "canonical integer model; lowered: the canonical model in standard ONNX ops")
-    s.add_argument("--method", choices=METHODS, default=QuantConfig.method, help="activation calibration method")
-    s.add_argument("--percentile", type=float, default=QuantConfig.percentile, help="for --method percentile")
-    s.add_argument("--activation-dtype", choices=ACTIVATION_DTYPES, default=QuantConfig.activation_dtype)
-    s.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
-                   help="per-channel weight scales (default on)")
-    s.add_argument("--exclude-node", action="append", default=[], metavar="NAME", help="keep this node in float")
-    s.add_argument("--exclude-op", action="append", default=[], metavar="OP_TYPE", help="keep this op type in float")
-    s.add_argument("--num-samples", type=int, default=None, help="use at most this many calibration samples")
-    s.add_argument("--seed", type=int, default=0,
-                   help="which calibration files --num-samples picks (a seeded random subset of the directory)")
-    s.add_argument("--sqnr-threshold", type=float, default=None, metavar="DB",
-                   help="keep patterns whose output SQNR is below DB in float")
-    s.add_argument("--propagate-error", action="store_true",
-                   help="second calibration pass on the quantized model, so ranges see upstream error")
-    s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    s.set_defaults(func=_cmd_quantize)
-
-    s = sub.add_parser("inspect", help="summarize a model: ops by domain, what is quantized, qparams")
-    s.add_argument("model", help=".onnx file")
-    s.set_defaults(func=_cmd_inspect)
-
-    s = sub.add_parser("compare", help="per-output and per-layer error of a quantized model against its float "
-                       "original (SQNR, cosine, max error), worst layers first")
-    s.add_argument("float_model", help="float .onnx model")
-    s.add_argument("quant_model", help="quantized .onnx model (QDQ or lowered; tensors are matched by name)")
-    s.add_argument("--data", required=True, metavar="DIR", help="samples: .npy (single input) or .npz by input name")
-    s.add_argument("--num-samples", type=int, default=None, help="use at most this many samples")
-    s.add_argument("--top", type=int, default=20, help="how many layers to list")
-    s.set_defaults(func=_cmd_compare)
-
-    s = sub.add_parser("bench", help="median latency of one or more models on ONNX Runtime (timed interleaved), "
-                       "with speedups relative to the first")
-    s.add_argument("models", nargs="+", help=".onnx files (the first is the baseline)")
-    s.add_argument("--data", metavar="DIR", default=None,
-                   help="take the input from the first sample here (needed for dynamic dims)")
-    s.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
-    s.add_argument("--repeats", type=int, default=20, help="timed runs per model")
-    s.set_defaults(func=_cmd_bench)
-
-    s = sub.add_parser("ops", help="list the qnnx dialect's ops")
-    s.set_defaults(func=_cmd_ops)
-    return p
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 1
+    """Run the command line; returns the exit code. ``--help``/``--version`` and usage errors raise
+    ``SystemExit`` (0 and 1) like any command-line parser."""
+    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        print(args.func(args))
-        return 0
+        code = command.main(args=args, prog_name="qnnx", standalone_mode=False)
+    except NoArgsIsHelpError as e:  # bare `qnnx` or `qnnx quantize`: help, but not a success
+        text = e.ctx.get_help() if e.ctx else ""  # typer's rich help prints itself and returns ""
+        if text:
+            print(text)
+        return 1
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx else "qnnx"
+        print(f"qnnx: error: {_one_line(e.format_message())} (see '{where} --help')", file=sys.stderr)
+        raise SystemExit(1) from None
+    except ClickException as e:  # e.g. a file click itself could not open
+        print(f"qnnx: error: {_one_line(e.format_message())}", file=sys.stderr)
+        return 1
     except QnnxError as e:
         print(f"qnnx: error: {e}", file=sys.stderr)
         return 1
+    except typer.Abort:
+        print("qnnx: interrupted", file=sys.stderr)
+        return 130
     except Exception:  # a bug: keep the traceback for the report, show one line
         log = Path(tempfile.gettempdir()) / "qnnx-debug.log"
         log.write_text(traceback.format_exc())
         print(f"qnnx: internal error ({sys.exc_info()[1]!r}); traceback in {log}", file=sys.stderr)
         return 2
+    if code is not None:  # --help, --version (click's Exit) or an interrupt (130)
+        raise SystemExit(code)
+    return 0
 
 
 if __name__ == "__main__":

@@ -327,3 +327,86 @@ def test_random_calibration_is_explicit_and_warns(tmp_path, capsys):
     assert e.value.code == 1 and not (tmp_path / "q2.onnx").exists()
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "one of the arguments --calib --random-calibration is required" in err
+
+
+def test_quantize_symmetric_activations(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--symmetric", "-q"]) == 0
+    model = onnx.load(out)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    zps = [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert zps and all(z.dtype == np.uint8 and z == 128 for z in zps)  # uint8 symmetric: zero point 128
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--asymmetric", "-q"]) == 0
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert any(inits[n.input[2]] != 128 for n in onnx.load(out).graph.node if n.op_type == "QuantizeLinear")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["quantize", "m.onnx", "--calib", "d"], "Missing option '-o' / '--output'"),
+    (["quantize", "m.onnx", "-o", "q.onnx", "--calib", "d", "--method", "best"], "'best' is not one of"),
+    (["quantize", "m.onnx", "-o", "q.onnx", "--calib", "d", "--formt", "qdq"], "No such option: --formt"),
+    (["quantize", "m.onnx", "-o", "q.onnx", "--calib", "d", "--num-samples", "0"], "--num-samples"),
+    (["quantize", "m.onnx", "-o", "q.onnx", "--calib", "d", "--random-calibration"], "mutually exclusive"),
+    (["lowr", "m.onnx"], "No such command 'lowr'"),
+    (["bench"], "Missing argument"),
+])
+def test_usage_errors_are_one_line_and_exit_1(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: ") and message in err, err
+    assert captured.out == "" and "--help" in err
+
+
+def test_bare_command_prints_help_and_exits_1(capsys):
+    assert main([]) == 1
+    assert "Commands:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command,options", [
+    ("import", ["-o", "--output"]), ("from-qdq", ["-o", "--strict"]), ("lower", ["-o"]),
+    ("quantize", ["--symmetric", "--asymmetric", "--calib"]), ("inspect", []),
+    ("compare", ["--data", "--num-samples", "--top"]), ("bench", ["--data", "--threads", "--repeats"]), ("ops", []),
+])
+def test_every_subcommand_has_help(capsys, command, options):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"Usage: qnnx {command} ")
+    for option in options + ["--help"]:
+        assert option in text, option
+
+
+def test_internal_error_exits_2_and_names_the_log(quantize_case, capsys, monkeypatch):
+    import qnnx.analysis
+
+    def broken(model):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(qnnx.analysis, "summarize", broken)
+    src, _ = quantize_case
+    assert main(["inspect", str(src)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "internal error" in err and "boom" in err
+    log = err.rsplit("traceback in ", 1)[1]
+    assert "RuntimeError: boom" in open(log).read()
+
+
+def test_tables_on_a_terminal(quantize_case, capsys, monkeypatch):
+    """On a terminal the report is a rich table; the plain lines are for pipes (checked above)."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--exclude-op", "Sigmoid", "-q"]) == 0
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # bold/colour escapes
+    assert "nodes by op type" in text and "kept in float (1)" in text
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["Sigmoid"])
+    assert row.split()[1:] == ["0", "1", "excluded", "by", "the", "user"]
+    assert text.rstrip().endswith(f"wrote {out} (qdq)")
+    assert main(["bench", str(src), str(out), "--repeats", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "speedup vs first" in text and "1.00x" in text
