@@ -2,5 +2,6 @@
 
 from qnnx.analysis.compare import LayerError, compare_models
 from qnnx.analysis.inspect import ModelSummary, summarize
+from qnnx.analysis.report import format_summary, write_report
 
-__all__ = ["LayerError", "ModelSummary", "compare_models", "summarize"]
+__all__ = ["LayerError", "ModelSummary", "compare_models", "format_summary", "summarize", "write_report"]
