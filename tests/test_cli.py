@@ -411,3 +411,121 @@ def test_tables_on_a_terminal(quantize_case, capsys, monkeypatch):
     assert main(["bench", str(src), str(out), "--repeats", "2"]) == 0
     text = capsys.readouterr().out
     assert "speedup vs first" in text and "1.00x" in text
+
+
+# --------------------------------------------------------------------------- qnnx quantize --calib <images>
+
+
+def _exit_code(argv) -> int:
+    """main's exit code, whether returned or raised (usage errors raise SystemExit like any parser)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.fixture
+def image_case(tmp_path):
+    """The float model of ``quantize_case`` (input 1x3x8x8) and a directory of four 10x12 PNGs."""
+    from PIL import Image
+
+    src = tmp_path / "float.onnx"
+    onnx.save(_float_model(), src)
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(images / f"{i}.png")
+    return src, images
+
+
+@pytest.mark.parametrize("options", [["--resize", "8x8"], ["--preprocess", "yolo", "--resize", "8"],
+                                     ["--resize", "8", "--letterbox", "--scale", "1", "--mean", "127.5",
+                                      "--std", "58,57,57", "--channel-order", "bgr"],
+                                     ["--preprocess", "imagenet", "--resize", "8x8"]])
+def test_quantize_from_an_image_directory(image_case, capsys, options):
+    src, images = image_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "-q", *options]) == 0
+    assert "on 4 sample(s)" in capsys.readouterr().out and out.exists()
+
+
+def test_quantize_image_options_reach_the_calibration(image_case, monkeypatch, capsys):
+    import qnnx.autoquant as autoquant
+
+    seen = {}
+
+    def spy(model, calibration, config):
+        seen["calibration"] = calibration
+        raise qnnx.QnnxError("stop here")
+
+    monkeypatch.setattr(autoquant, "quantize", spy)
+    src, images = image_case
+    assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(images), "--preprocess",
+                 "imagenet", "--resize", "8x6", "--layout", "nhwc", "--scale", "1/2"]) == 1
+    p = seen["calibration"].preprocess
+    assert (p.size, p.resize, p.layout, p.scale, p.mean) == ((8, 6), "crop", "nhwc", 0.5, (0.485, 0.456, 0.406))
+    assert [f.name for f in seen["calibration"].files] == ["0.png", "1.png", "2.png", "3.png"]
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--resize", "8by8"], "bad --resize '8by8': expected HxW with positive sizes, e.g. 224x224"),
+    (["--resize", "0x8"], "bad --resize '0x8'"),
+    (["--resize", "8", "--mean", "0.5,x"], "bad --mean '0.5,x': expected comma-separated numbers"),
+    (["--resize", "8", "--std", "1,2"], "std needs 1 or 3 values, got 2"),
+    (["--resize", "8", "--std", "0"], "std must be finite and > 0, got 0.0"),
+    (["--resize", "8", "--scale", "1/0"], "bad --scale '1/0': expected a number or a fraction"),
+    (["--letterbox"], "resize mode 'letterbox' needs a size"),
+    (["--preprocess", "resnet"], "'resnet' is not one of 'imagenet', 'yolo'"),
+    (["--resize", "8", "--layout", "chw"], "'chw' is not one of 'nchw', 'nhwc'"),
+])
+def test_quantize_bad_image_option_is_a_usage_error(image_case, capsys, options, message):
+    src, images = image_case
+    out = src.parent / "q.onnx"
+    assert _exit_code(["quantize", str(src), "-o", str(out), "--calib", str(images), *options]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: ") and message in err, err
+    assert captured.out == "" and not out.exists()
+
+
+def test_quantize_image_options_without_calib_dir(image_case, capsys):
+    src, _ = image_case
+    assert _exit_code(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--random-calibration",
+                       "--resize", "8"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "image preprocessing options need --calib DIR" in err
+
+
+@pytest.mark.parametrize("case", ["no images", "images without options", "corrupt image", "wrong size",
+                                  "nhwc for nchw", "missing dir"])
+def test_quantize_bad_image_directory_gets_one_line_exit_1(image_case, tmp_path, capsys, case):
+    src, images = image_case
+    options = ["--resize", "8x8"]
+    if case == "no images":
+        images = tmp_path / "empty"
+        images.mkdir()
+        (images / "notes.txt").write_text("x")
+        message, where = "no image files (.jpg .jpeg .png .bmp .webp) in the directory", str(images)
+    elif case == "images without options":
+        options = []
+        message, where = "only images: give an ImageFolder", str(images)
+    elif case == "corrupt image":
+        (images / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+        message, where = "cannot read image (", str(images / "2.png")
+    elif case == "wrong size":
+        options = ["--resize", "6x8"]
+        message, where = "image gives input 1x3x6x8 but model input 'x' expects 1x3x8x8 (resize to 8x8?)", "0.png"
+    elif case == "nhwc for nchw":
+        options = ["--resize", "8x8", "--layout", "nhwc"]
+        message, where = "image gives input 1x8x8x3 but model input 'x' expects 1x3x8x8 (layout nchw?)", "0.png"
+    else:
+        images = tmp_path / "nowhere"
+        message, where = "image path is not a directory", str(images)
+    out = tmp_path / "out.onnx"
+    assert _exit_code(["quantize", str(src), "-o", str(out), "--calib", str(images), "-q", *options]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: "), err
+    assert message in err and where in err, err
+    assert captured.out == "" and not out.exists()

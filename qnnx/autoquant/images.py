@@ -22,6 +22,7 @@ it file by file, checking each array against the model's input shape with the fi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -287,6 +288,61 @@ def describe(p: ImagePreprocess) -> str:
     return ", ".join(parts)
 
 
+def _parse_floats(option: str, text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise QnnxError(f"bad {option} {text!r}: expected comma-separated numbers, e.g. 0.485,0.456,0.406") from None
+    return values
+
+
+def _parse_scale(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(?:/\s*([0-9.eE+-]+)\s*)?", text)
+    try:
+        if m is None:
+            raise ValueError
+        return float(m.group(1)) / (float(m.group(2)) if m.group(2) else 1.0)
+    except (ValueError, ZeroDivisionError):
+        raise QnnxError(f"bad --scale {text!r}: expected a number or a fraction, e.g. 0.0039 or 1/255") from None
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", text)
+    if m is None or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
+        raise QnnxError(f"bad --resize {text!r}: expected HxW with positive sizes, e.g. 224x224 (or 224 for a square)")
+    h = int(m.group(1))
+    return h, int(m.group(2)) if m.group(2) is not None else h
+
+
+def preprocess_from_options(preset: str | None = None, resize: str | None = None, mean: str | None = None,
+                            std: str | None = None, scale: str | None = None, channel_order: str | None = None,
+                            layout: str | None = None, letterbox: bool = False,
+                            grayscale: bool = False) -> ImagePreprocess | None:
+    """The preprocessing the command line's options describe (strings as typed: ``resize`` "HxW" or
+    "N", ``mean``/``std`` "a,b,c", ``scale`` "0.5" or "1/255"), starting from ``preset`` if given;
+    None when no option is given (the calibration directory then holds .npy/.npz samples)."""
+    given = {}
+    if resize is not None:
+        given["size"] = _parse_size(resize)
+    if mean is not None:
+        given["mean"] = _parse_floats("--mean", mean)
+    if std is not None:
+        given["std"] = _parse_floats("--std", std)
+    if scale is not None:
+        given["scale"] = _parse_scale(scale)
+    if channel_order is not None:
+        given["channel_order"] = channel_order
+    if layout is not None:
+        given["layout"] = layout
+    if letterbox:
+        given["resize"] = "letterbox"
+    if grayscale:
+        given["grayscale"] = True
+    if preset is not None:
+        return ImagePreprocess.preset(preset, **given)
+    return ImagePreprocess(**given) if given else None
+
+
 def is_image_directory(path) -> bool:
     """``path`` is a directory holding at least one image file (and so may want an ImageFolder)."""
     p = Path(path)
@@ -294,4 +350,4 @@ def is_image_directory(path) -> bool:
 
 
 __all__ = ["IMAGE_SUFFIXES", "PRESETS", "ImageFolder", "ImagePreprocess", "describe", "image_files",
-           "is_image_directory"]
+           "is_image_directory", "preprocess_from_options"]
