@@ -325,28 +325,6 @@ def demo(
         output: Annotated[str | None, typer.Option("-o", "--output", show_default=False,
                                                   help="also save the int8 model (QDQ) here")] = None,
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
-        preprocess: Annotated[Preset | None, typer.Option(
-            "--preprocess", metavar="PRESET", show_default=False, rich_help_panel=_IMAGES,
-            help="image preprocessing preset: imagenet (shorter side 256, centre crop 224, ImageNet mean/std) or "
-            "yolo (640 letterbox, /255); the options below override it")] = None,
-        resize: Annotated[str | None, typer.Option(
-            "--resize", metavar="HxW", show_default=False, rich_help_panel=_IMAGES,
-            help="resize every image to H x W (N for N x N), stretched unless --letterbox")] = None,
-        letterbox: Annotated[bool, typer.Option(
-            "--letterbox", rich_help_panel=_IMAGES, help="keep the aspect ratio and pad (to --resize)")] = False,
-        scale: Annotated[str | None, typer.Option(
-            "--scale", metavar="S", show_default=False, rich_help_panel=_IMAGES,
-            help="multiply pixels (0..255) by S, e.g. 1/255 (the default) or 1")] = None,
-        mean: Annotated[str | None, typer.Option(
-            "--mean", metavar="M[,M,M]", show_default=False, rich_help_panel=_IMAGES,
-            help="subtract after scaling, per channel in output order (default 0)")] = None,
-        std: Annotated[str | None, typer.Option(
-            "--std", metavar="S[,S,S]", show_default=False, rich_help_panel=_IMAGES,
-            help="then divide, per channel (default 1)")] = None,
-        channel_order: Annotated[ChannelOrder | None, typer.Option(
-            "--channel-order", show_default=False, rich_help_panel=_IMAGES, help="default rgb")] = None,
-        layout: Annotated[Layout | None, typer.Option(
-            "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
 ) -> None:
     from qnnx.examples import ppocr_cls
     from qnnx.terminal import show_demo
