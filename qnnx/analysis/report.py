@@ -117,28 +117,28 @@ def _by_op(decisions) -> str:
 
 
 def format_summary(report: QuantReport, errors: list[LayerError] | None = None, top: int = 5) -> str:
-    """A few lines for the terminal: what was quantized, what stayed float and why, the ``top``
-    worst layers by SQNR (from ``errors`` of :func:`compare_models`, else from the SQNR fallback's
-    per-pattern scores), calibration time."""
+    """A few lines for the terminal: what was quantized (by op type), what stayed float and why,
+    calibration time (the first line is :meth:`QuantReport.summary`'s), then the ``top`` worst layers
+    by SQNR and the outputs' SQNR from ``errors`` of :func:`compare_models` (without them, the SQNR
+    fallback's per-pattern scores, if it ran)."""
     q = [d for d in report.decisions if d.quantized]
-    f = [d for d in report.decisions if not d.quantized]
-    lines = [f"quantized {len(q)} pattern(s)" + (f" ({_by_op(q)})" if q else "") +
-             f"; {len(f)} node(s) kept in float" + (":" if f else "")]
+    lines = [report.summary().splitlines()[0]]
+    if q:
+        lines.append(f"  integer: {_by_op(q)}")
     for reason, ds in _reason_groups(report):
         names = ", ".join(d.node for d in ds[:3]) + (f", ... ({len(ds)})" if len(ds) > 3 else "")
-        lines.append(f"  {_by_op(ds)}: {reason} [{names}]")
+        lines.append(f"  float: {_by_op(ds)}: {reason} [{names}]")
+    for name, op, why in report.left_in_float:
+        lines.append(f"  left in float in the integer model: {name} ({op}): {why}")
     if errors is not None:
-        layers = [e for e in errors if not e.is_output][:top]
-        worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in layers]
-        outputs = [f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output]
-        if outputs:
-            lines.append("output SQNR: " + ", ".join(outputs))
+        worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors if not e.is_output][:top]
     else:
         scored = sorted((d for d in report.decisions if d.sqnr_db is not None), key=lambda d: d.sqnr_db)[:top]
         worst = [f"{d.node} ({d.op_type}) {fmt_sqnr(d.sqnr_db)} dB" for d in scored]
     if worst:
         lines.append(f"worst {len(worst)} layer(s) by SQNR: " + ", ".join(worst))
-    lines.append(f"calibration {report.calibration_seconds:.1f}s on {report.num_samples} sample(s)")
+    if errors is not None:
+        lines.append("output SQNR: " + ", ".join(f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output))
     return "\n".join(lines)
 
 
@@ -300,7 +300,7 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
     if num_samples < 1 or histograms < 0:
         raise QnnxError("num_samples must be >= 1 and histograms >= 0")
     target = Path(directory)
-    _check_replaceable(target)
+    check_report_directory(target)
     fm = load_model(float_model)
     if isinstance(quantized_model, QuantizedModel):
         qm, report, q_name = quantized_model.qdq, quantized_model.report, "(QuantizedModel)"
@@ -375,7 +375,9 @@ def _is_report_file(p: Path) -> bool:
     return p.is_file() and (p.name == "index.html" or p.suffix == ".png")
 
 
-def _check_replaceable(target: Path) -> None:
+def check_report_directory(target) -> None:
+    """:class:`QnnxError` unless ``target`` is absent or a previous report that may be replaced."""
+    target = Path(target)
     if target.exists() and (not target.is_dir() or not all(_is_report_file(p) for p in target.iterdir())):
         raise QnnxError("refusing to replace: not a directory holding only a previous report (index.html, .png)",
                         where=str(target))
@@ -386,7 +388,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     removed after, so ``target`` is never a half-written report (at worst briefly absent)."""
     old = None
     if target.exists():
-        _check_replaceable(target)
+        check_report_directory(target)
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
         os.rmdir(old)
         os.rename(target, old)

@@ -215,18 +215,19 @@ def test_failure_midway_leaves_no_directory(tmp_path, quantized):
 
 def test_terminal_summary(quantized):
     errors = compare_models(_model(), quantized.qdq, _samples()[:4])
-    text = format_summary(quantized.report, errors)
-    lines = text.splitlines()
-    assert lines[0] == "quantized 3 pattern(s) (Conv 2, GlobalAveragePool 1); 2 node(s) kept in float:"
-    assert "  Abs 1: no quantization pattern for this op [abs1]" in lines
-    assert "  Sigmoid 1: excluded by the user [sig1]" in lines
+    r = quantized.report
     layers = [e for e in errors if not e.is_output]
     assert len(layers) == 4  # c1, r1, c2, a1: fewer than 5
-    assert "worst 4 layer(s) by SQNR: " + ", ".join(f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB"
-                                                    for e in layers) in lines
-    assert lines[-1] == f"calibration {quantized.report.calibration_seconds:.1f}s on 6 sample(s)"
+    assert format_summary(r, errors).splitlines() == [
+        f"quantized 3 pattern(s), 2 node(s) kept in float; calibration {r.calibration_seconds:.1f}s on 6 sample(s)",
+        "  integer: Conv 2, GlobalAveragePool 1",
+        "  float: Sigmoid 1: excluded by the user [sig1]",
+        "  float: Abs 1: no quantization pattern for this op [abs1]",
+        "worst 4 layer(s) by SQNR: " + ", ".join(f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in layers),
+        "output SQNR: " + ", ".join(f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output)]
+    assert format_summary(r).splitlines()[0] == r.summary().splitlines()[0]
     # without compare errors: the SQNR fallback's per-pattern scores, when there are any
-    assert "worst" not in format_summary(quantized.report)
+    assert "worst" not in format_summary(r)
     scored = qnnx.quantize(_model(), _samples(), QuantConfig(progress=False, sqnr_threshold_db=0.0))
     assert "worst 4 layer(s) by SQNR: " in format_summary(scored.report)
 
@@ -237,9 +238,8 @@ def test_summary_groups_many_nodes_with_one_reason():
     r = QuantReport([Decision(f"n{i}", "Abs", False, "no quantization pattern for this op") for i in range(5)],
                     1.25, 3)
     assert format_summary(r).splitlines() == [
-        "quantized 0 pattern(s); 5 node(s) kept in float:",
-        "  Abs 5: no quantization pattern for this op [n0, n1, n2, ... (5)]",
-        "calibration 1.2s on 3 sample(s)"]
+        "quantized 0 pattern(s), 5 node(s) kept in float; calibration 1.2s on 3 sample(s)",
+        "  float: Abs 5: no quantization pattern for this op [n0, n1, n2, ... (5)]"]
 
 
 # --------------------------------------------------------------------------- rendering
