@@ -44,6 +44,7 @@ Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # 
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
 _IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
+_SUMMARY_SAMPLES = 4  # calibration samples the summary after quantize compares float and quantized on
 
 
 Output = Annotated[str, typer.Option("-o", "--output", help="output .onnx file (written atomically; never the input)",
@@ -194,9 +195,15 @@ def quantize(
             "--channel-order", show_default=False, rich_help_panel=_IMAGES, help="default rgb")] = None,
         layout: Annotated[Layout | None, typer.Option(
             "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
+        report_dir: Annotated[str | None, typer.Option(
+            "--report", metavar="DIR", show_default=False,
+            help="also write an HTML report to DIR: index.html (decisions, per-output error, per-layer SQNR, "
+            "activation histograms of the worst layers) with its PNG charts; replaces only a previous report")]
+        = None,
 ) -> None:
+    from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
-    from qnnx.terminal import show_quant_report
+    from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
         raise UsageError("one of the arguments --calib --random-calibration is required")
@@ -206,6 +213,12 @@ def quantize(
     if images is not None and calib is None:
         raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
     out = _output_path(model, output)
+    if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
+        from qnnx.analysis.report import check_report_directory
+
+        if Path(report_dir).resolve() == out.resolve():
+            raise QnnxError("--report and -o name the same path", where=report_dir)
+        check_report_directory(report_dir)
     config = QuantConfig(method=method.value, percentile=percentile, activation_dtype=activation_dtype.value,
                          activation_symmetric=symmetric, per_channel=per_channel,
                          exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
@@ -223,7 +236,12 @@ def quantize(
         calibration = calib
     qm = quantize_model(model, calibration, config)
     qm.save(out, format=format.value)
-    show_quant_report(qm.report, f"wrote {out} ({format.value})")
+    errors = compare_models(model, qm.qdq, calibration, num_samples=_SUMMARY_SAMPLES)
+    show_quant_report(qm.report, f"wrote {out} ({format.value})", errors=errors)
+    if report_dir is not None:
+        from qnnx.analysis.report import write_report
+
+        show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
 
 
 def _image_preprocess(preset, resize, mean, std, scale, channel_order, layout, letterbox):

@@ -45,11 +45,14 @@ def show_lines(text: str, console: Console | None = None) -> None:
     _print(console or stdout_console(), text)
 
 
-def show_quant_report(report, wrote: str, console: Console | None = None) -> None:
-    """``qnnx quantize``: what is integer, what stayed float and why, then the written file."""
+def show_quant_report(report, wrote: str, console: Console | None = None, errors: Sequence | None = None) -> None:
+    """``qnnx quantize``: what is integer, what stayed float and why, the worst layers by SQNR (from
+    ``errors`` of :func:`qnnx.analysis.compare_models`, when given), then the written file."""
+    from qnnx.analysis.report import format_errors
+
     console = console or stdout_console()
     if not console.is_terminal:
-        _print(console, f"{report.summary()}\n{wrote}")
+        _print(console, "\n".join([report.summary(), *format_errors(list(errors or []))] + [wrote]))
         return
     headline = report.summary().splitlines()[0]
     console.print(Text(headline, style="bold"))
@@ -89,6 +92,8 @@ def show_quant_report(report, wrote: str, console: Console | None = None) -> Non
         for d in worst:
             t.add_row(d.node, d.op_type, _db(d.sqnr_db))
         console.print(t)
+    if errors:
+        _show_worst_tensors(errors, console)
     if report.left_in_float:
         t = _table("left in float in the integer model")
         t.add_column("node")
@@ -98,6 +103,18 @@ def show_quant_report(report, wrote: str, console: Console | None = None) -> Non
             t.add_row(name, op, why)
         console.print(t)
     console.print(Text(wrote, style="bold green"))
+
+
+def _show_worst_tensors(errors: Sequence, console: Console, top: int = 5) -> None:
+    t = _table("worst layers by SQNR vs the float model (a few calibration samples)")
+    for col in ("tensor", "op type", "SQNR dB", "cosine"):
+        t.add_column(col, justify="right" if col in ("SQNR dB", "cosine") else "left")
+    for e in [e for e in errors if not e.is_output][:top]:
+        t.add_row(e.name, e.op_type, _db(e.sqnr_db), f"{e.cosine:.5f}")
+    for e in errors:
+        if e.is_output:
+            t.add_row(f"output {e.name}", "", _db(e.sqnr_db), f"{e.cosine:.5f}", style="bold")
+    console.print(t)
 
 
 def show_compare(errors: Sequence, top: int, console: Console | None = None) -> None:
@@ -183,3 +200,32 @@ def show_ops(docs: Mapping[str, str], console: Console | None = None) -> None:
     for name, doc in sorted(docs.items()):
         t.add_row(name, doc)
     console.print(t)
+
+
+def show_demo(result, console: Console | None = None) -> None:
+    """``qnnx demo``: fp32 vs int8 accuracy and latency of the PP-OCR direction classifier."""
+    console = console or stdout_console()
+    r = result
+    title = (f"PP-OCR text-direction classifier (rapidocr-onnxruntime): {r.eval_samples} rendered crops, "
+             f"int8 calibrated on {r.calibration_samples}")
+    rows = [("fp32", r.fp32_accuracy, r.fp32_ms, 1.0), ("int8 (qnnx)", r.int8_accuracy, r.int8_ms, r.speedup)]
+    tail = [f"int8 gives the fp32 label on {100 * r.label_agreement:.1f}% of the crops"]
+    if r.speedup < 1:
+        tail.append("int8 is slower than fp32 here: ONNX Runtime's CPU kernels for this small QDQ model do not "
+                    "beat its fp32 kernels (see docs/benchmarks.md)")
+    if r.int8_path is not None:
+        tail.append(f"wrote {r.int8_path} (qdq)")
+    if not console.is_terminal:
+        lines = [title] + [f"  {name}: accuracy {100 * acc:.1f}%, {ms:.3f} ms, {x:.2f}x" for name, acc, ms, x in rows]
+        _print(console, "\n".join(lines + tail))
+        return
+    t = _table(title)
+    t.add_column("model")
+    t.add_column("accuracy", justify="right")
+    t.add_column("latency (1 thread)", justify="right")
+    t.add_column("speedup", justify="right")
+    for name, acc, ms, x in rows:
+        t.add_row(name, f"{100 * acc:.1f}%", f"{ms:.3f} ms", f"{x:.2f}x", style="bold" if name != "fp32" else "")
+    console.print(t)
+    for line in tail:
+        console.print(Text(line))
