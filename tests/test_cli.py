@@ -529,3 +529,72 @@ def test_quantize_bad_image_directory_gets_one_line_exit_1(image_case, tmp_path,
     assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: "), err
     assert message in err and where in err, err
     assert captured.out == "" and not out.exists()
+
+
+# --------------------------------------------------------------------------- qnnx quantize --report, summary
+
+
+def test_quantize_summary_lists_worst_layers_and_output_sqnr(quantize_case, capsys):
+    from qnnx.analysis import compare_models
+    from qnnx.analysis.report import fmt_sqnr
+
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    errors = compare_models(src, out, calib, num_samples=4)  # what the summary compares on
+    layers = [e for e in errors if not e.is_output]
+    assert [e.name for e in layers] and len(layers) == 3  # c, r, s: conv, relu, sigmoid outputs
+    assert lines[-3] == "worst 3 layer(s) by SQNR: " + ", ".join(
+        f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in layers)
+    y = next(e for e in errors if e.is_output)
+    assert lines[-2] == f"output SQNR: y {fmt_sqnr(y.sqnr_db)} dB"
+    assert lines[-1] == f"wrote {out} (qdq)"
+
+
+def test_quantize_summary_table_on_a_terminal(quantize_case, capsys, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    src, calib = quantize_case
+    assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(calib), "-q"]) == 0
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "worst layers by SQNR vs the float model" in text
+    assert next(line for line in text.splitlines() if line.strip().startswith("output y"))
+
+
+def test_quantize_report_writes_the_html_report(image_case, capsys):
+    src, images = image_case
+    out, report = src.parent / "q.onnx", src.parent / "report"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "--resize", "8x8", "-q",
+                 "--report", str(report)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {report / 'index.html'}"
+    html = (report / "index.html").read_text()
+    pngs = re.findall(r'<img src="([^"]+)"', html)
+    assert "layers.png" in pngs and len(pngs) >= 2
+    assert sorted(p.name for p in report.iterdir()) == sorted(pngs + ["index.html"])
+    assert "errors measured on 4 sample(s)" in html and str(src) in html
+    # again: a previous report is replaced
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "--resize", "8x8", "-q",
+                 "--report", str(report)]) == 0
+
+
+@pytest.mark.parametrize("case", ["foreign directory", "same as -o", "a file"])
+def test_quantize_report_refused_before_quantizing(quantize_case, tmp_path, capsys, case):
+    src, calib = quantize_case
+    out = tmp_path / "q.onnx"
+    report = tmp_path / "report"
+    if case == "foreign directory":
+        report.mkdir()
+        (report / "notes.txt").write_text("mine")
+        message = "refusing to replace: not a directory holding only a previous report"
+    elif case == "same as -o":
+        report = out
+        message = "--report and -o name the same path"
+    else:
+        report.write_text("x")
+        message = "refusing to replace"
+    assert _exit_code(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--report", str(report)]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: ") and message in err and str(report) in err
+    assert captured.out == "" and not out.exists()
+    assert "calibrating" not in captured.err  # refused before any calibration
