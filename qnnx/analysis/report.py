@@ -131,15 +131,20 @@ def format_summary(report: QuantReport, errors: list[LayerError] | None = None, 
     for name, op, why in report.left_in_float:
         lines.append(f"  left in float in the integer model: {name} ({op}): {why}")
     if errors is not None:
-        worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors if not e.is_output][:top]
-    else:
-        scored = sorted((d for d in report.decisions if d.sqnr_db is not None), key=lambda d: d.sqnr_db)[:top]
-        worst = [f"{d.node} ({d.op_type}) {fmt_sqnr(d.sqnr_db)} dB" for d in scored]
-    if worst:
-        lines.append(f"worst {len(worst)} layer(s) by SQNR: " + ", ".join(worst))
-    if errors is not None:
-        lines.append("output SQNR: " + ", ".join(f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output))
+        return "\n".join(lines + format_errors(errors, top))
+    scored = sorted((d for d in report.decisions if d.sqnr_db is not None), key=lambda d: d.sqnr_db)[:top]
+    if scored:
+        lines.append(f"worst {len(scored)} layer(s) by SQNR: " +
+                     ", ".join(f"{d.node} ({d.op_type}) {fmt_sqnr(d.sqnr_db)} dB" for d in scored))
     return "\n".join(lines)
+
+
+def format_errors(errors: list[LayerError], top: int = 5) -> list[str]:
+    """Two lines from :func:`compare_models`: the ``top`` worst layers by SQNR, the outputs' SQNR."""
+    worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors if not e.is_output][:top]
+    lines = [f"worst {len(worst)} layer(s) by SQNR: " + ", ".join(worst)] if worst else []
+    outputs = [f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output]
+    return lines + (["output SQNR: " + ", ".join(outputs)] if outputs else [])
 
 
 # --------------------------------------------------------------------------- charts
