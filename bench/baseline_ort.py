@@ -148,7 +148,7 @@ def prepare(model_path: Path, out_path: Path, report: dict) -> Path:
 
 
 def ort_quantize_static(task, calib_feeds, out_path, method: str = "MinMax", per_channel: bool = False,
-                        quant_format=QDQ, calib_chunk: int = 4) -> dict:
+                        quant_format=QDQ, calib_chunk: int = 4, activation: str = "QUInt8") -> dict:
     """Quantize ``task.model_path`` with ORT; returns a report dict with the
     output path, the pre-processing attempts and any fixes applied."""
     out_path = Path(out_path)
@@ -165,7 +165,8 @@ def ort_quantize_static(task, calib_feeds, out_path, method: str = "MinMax", per
         n = len(calib_feeds)
         stride = max(d for d in range(1, min(calib_chunk, n) + 1) if n % d == 0)
         quantize_static(model_in, str(out_path), FeedReader(calib_feeds), quant_format=quant_format,
-                        per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=per_channel, activation_type=getattr(QuantType, activation),
+                        weight_type=QuantType.QInt8,
                         calibrate_method=METHODS[method], extra_options={"CalibStridedMinMax": stride})
     return report
 

@@ -22,7 +22,8 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import qnnx  # noqa: E402
-from bench.run import OUT, _ort_quantize  # noqa: E402
+from bench.baseline_ort import ort_quantize_static  # noqa: E402
+from bench.run import OUT  # noqa: E402
 from bench.tasks import TASKS  # noqa: E402
 
 
@@ -43,11 +44,12 @@ def _output_quantum(path: str) -> float | None:
     return None
 
 
-def measure(name: str, per_channel: bool, activation: str, n_calib: int, n_eval: int) -> str:
+def measure(name: str, per_channel: bool, activation: str, n_calib: int, n_eval: int, reuse: bool) -> str:
     task = TASKS[name]
     OUT.mkdir(exist_ok=True)
     path = str(OUT / f"{name}.{'pc' if per_channel else 'pt'}.{activation}.qdq.onnx")
-    _ort_quantize(str(task.model_path), task.calibration(n_calib), path, per_channel=per_channel, activation=activation)
+    if not (reuse and Path(path).exists()):
+        ort_quantize_static(task, task.calibration(n_calib), path, per_channel=per_channel, activation=activation)
     canonical, report = qnnx.frontends.convert_qdq(path)
     lowered = qnnx.ir.to_proto(qnnx.lower(canonical))
     ours = _session(lowered.SerializeToString(), ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
@@ -75,12 +77,14 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--eval", type=int, default=8)
+    ap.add_argument("--reuse", action="store_true", help="keep QDQ models already in bench/out (compare converters "
+                    "on identical inputs)")
     args = ap.parse_args()
     print("| model | weights | activations | float ops left | within 1 quantum of ORT (fused) | of ORT (unfused) "
           "| argmax agreement |\n|---|---|---|---|---|---|---|", flush=True)
     for name in args.tasks:
         for per_channel, activation in ((True, "QInt8"), (False, "QUInt8")):
-            print(measure(name, per_channel, activation, args.calib, args.eval), flush=True)
+            print(measure(name, per_channel, activation, args.calib, args.eval, args.reuse), flush=True)
 
 
 if __name__ == "__main__":

@@ -525,38 +525,60 @@ def _softmax(node, a, b):
 
 
 def _moments(b: Builder, node: ir.Node, axis: int, what: str):
-    """Lowered numerics._normalized_moments: (centered int64 x, n, S1, S2, normalized axes, rank)."""
+    """Lowered numerics._normalized_moments: (centered int64 x, n, S1, S2, rank). ``n`` is an int
+    when the normalized dims are static, else an int64 value computed at run time (the int64
+    range check of numerics then holds by assumption: it needs n > 2**23 elements to fail)."""
     x = node.inputs[0]
     t = _dtype(x, "x")
-    rank = _rank(x, "x", like=node.outputs[0])
-    ax = numerics.normalize_axis(axis, rank)
-    dims = list(x.shape)[ax:] if x.shape is not None else [None]
-    if not all(isinstance(d, int) for d in dims):
-        raise QnnxError(f"{what} needs static normalized dims to lower")
-    n = int(np.prod(dims))
+    shape = x.shape if x.shape is not None else node.outputs[0].shape
+    rank = len(shape) if shape is not None else None
+    if rank is None and axis >= 0:
+        raise QnnxError(f"{what} with axis={axis} needs the input rank (or a negative axis) to lower")
+    neg = numerics.normalize_axis(axis, rank) - rank if rank is not None else axis
     zx = np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64)
     numerics.check_zero_point(zx, t, "x_zero_point")
-    max_c = max(abs(t.qmax - int(zx.reshape(-1)[0])), abs(t.qmin - int(zx.reshape(-1)[0])))
-    if t.bits > 16 or zx.size != 1 or n * n * max_c * max_c >= numerics.LAYER_NORM_MAX_PRODUCT:
-        raise QnnxError(f"{what} over {n} elements of {t.name} does not fit exact int64 moments")
-    axes = list(range(ax, rank))
+    if t.bits > 16 or zx.size != 1:
+        raise QnnxError(f"{what} takes a per-tensor x_zero_point and inputs of 16 bits or fewer")
+    dims = list(shape)[neg:] if shape is not None else None
+    if dims is not None and all(isinstance(d, int) for d in dims):
+        n = int(np.prod(dims))
+        z0 = int(zx.reshape(-1)[0])
+        max_c = max(abs(t.qmax - z0), abs(t.qmin - z0))
+        if n * n * max_c * max_c >= numerics.LAYER_NORM_MAX_PRODUCT:
+            raise QnnxError(f"{what} over {n} elements of {t.name} does not fit exact int64 moments")
+    else:
+        tail = b.op("Slice", [b.op("Shape", [x]), la.i64(b, [neg], "first_axis"),
+                              la.i64(b, [np.iinfo(np.int64).max], "to_end")], hint="normalized_shape")
+        n = b.op("ReduceProd", [tail], keepdims=0, hint="n")
+    axes = list(range(neg, 0))
     c = _sub_zero_point(b, x, zx.reshape(()))
     s1 = la.reduce(b, "ReduceSum", c, axes, "sum")
     s2 = la.reduce(b, "ReduceSum", b.op("Mul", [c, c], hint="square"), axes, "sum_of_squares")
-    return c, n, s1, s2, axes, rank
+    return c, n, s1, s2, rank
 
 
 def _f64(b: Builder, v, hint: str) -> ir.Value:
     return b.const(np.asarray(v, np.float64), hint)
 
 
-def _exact_variance(b: Builder, n: int, s1: ir.Value, s2: ir.Value, x_scale) -> ir.Value:
-    v = b.op("Sub", [b.op("Mul", [la.i64(b, n, "n"), s2]), b.op("Mul", [s1, s1])], hint="n2_variance")
-    return b.op("Mul", [b.op("Cast", [v], to=ir.DataType.DOUBLE),
-                        _f64(b, numerics.variance_multiplier(x_scale, n), "variance_multiplier")], hint="variance")
+def _n_value(b: Builder, n) -> ir.Value:
+    return la.i64(b, n, "n") if isinstance(n, int) else n
 
 
-def _requantize_real(b: Builder, node: ir.Node, v: ir.Value, a: dict, rank: int) -> ir.Value:
+def _exact_variance(b: Builder, n, s1: ir.Value, s2: ir.Value, x_scale) -> ir.Value:
+    """numerics: ``float64(n*S2 - S1**2) * variance_multiplier(x_scale, n)``."""
+    nv = _n_value(b, n)
+    v = b.op("Sub", [b.op("Mul", [nv, s2]), b.op("Mul", [s1, s1])], hint="n2_variance")
+    if isinstance(n, int):
+        mult = _f64(b, numerics.variance_multiplier(x_scale, n), "variance_multiplier")
+    else:  # the same two double roundings at run time
+        sx = np.float64(np.asarray(x_scale, np.float32).reshape(()))
+        mult = b.op("Div", [_f64(b, sx * sx, "x_scale_squared"),
+                            b.op("Cast", [b.op("Mul", [n, n])], to=ir.DataType.DOUBLE)], hint="variance_multiplier")
+    return b.op("Mul", [b.op("Cast", [v], to=ir.DataType.DOUBLE), mult], hint="variance")
+
+
+def _requantize_real(b: Builder, node: ir.Node, v: ir.Value, a: dict, rank: int | None) -> ir.Value:
     """Lowered numerics._requantize_real: double division by y_scale, rounding, zero point, saturate."""
     sy, zy = _const(node, 3, "y_scale"), _const(node, 4, "y_zero_point")
     out_t = int_type(a["out_dtype"])
@@ -575,7 +597,7 @@ def _variance(node, a, b):
     numerics.check_scale(sx, "x_scale")
     if sx.size != 1 or _const(node, 3, "y_scale").size != 1:
         raise QnnxError("variance needs per-tensor x_scale and y_scale")
-    _, n, s1, s2, _, rank = _moments(b, node, a["axis"], "variance")
+    _, n, s1, s2, rank = _moments(b, node, a["axis"], "variance")
     return [_requantize_real(b, node, _exact_variance(b, n, s1, s2, sx), a, rank)]
 
 
@@ -585,7 +607,7 @@ def _layer_norm(node, a, b):
     numerics.check_scale(sx, "x_scale")
     if sx.size != 1:
         raise QnnxError("layer_norm needs a per-tensor x_scale")
-    c, n, s1, s2, axes, rank = _moments(b, node, a["axis"], "layer_norm")
+    c, n, s1, s2, rank = _moments(b, node, a["axis"], "layer_norm")
     f64 = ir.DataType.DOUBLE
     opt = {i: (node.inputs[i] if i < len(node.inputs) else None) for i in range(5, 10)}
     if opt[7] is None:
@@ -601,9 +623,11 @@ def _layer_norm(node, a, b):
                            _f64(b, 0.0, "zero_f64")], hint="variance")
     eps = np.float64(np.float32(a["epsilon"]))
     den = b.op("Sqrt", [b.op("Add", [var, _f64(b, eps, "epsilon_f64")])], hint="std")
-    d = b.op("Sub", [b.op("Mul", [la.i64(b, n, "n"), c]), s1], hint="n_centered")
-    kd = np.float64(np.float64(sx.reshape(())) / np.float64(n))
-    z = b.op("Div", [b.op("Mul", [b.op("Cast", [d], to=f64), _f64(b, kd, "x_scale_over_n")]), den], hint="normalized")
+    d = b.op("Sub", [b.op("Mul", [_n_value(b, n), c]), s1], hint="n_centered")
+    sx64 = np.float64(sx.reshape(()))
+    kd = (_f64(b, sx64 / np.float64(n), "x_scale_over_n") if isinstance(n, int) else
+          b.op("Div", [_f64(b, sx64, "x_scale_f64"), b.op("Cast", [n], to=f64)], hint="x_scale_over_n"))
+    z = b.op("Div", [b.op("Mul", [b.op("Cast", [d], to=f64), kd]), den], hint="normalized")
     zero = _f64(b, 0.0, "zero_f64")
     z = b.op("Where", [b.op("Equal", [den, zero]), zero, z], hint="normalized_or_zero")
     for i, op_type, name in ((5, "Mul", "gamma"), (6, "Add", "beta")):

@@ -330,3 +330,26 @@ def test_variance(rounding, xdtype, axis):
     m = _model("variance", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
                dict(axis=axis, out_dtype="uint8", rounding=rounding))
     _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "variance"])
+@pytest.mark.parametrize("shape", [None, ["n", "t", 24], ["n", "t", "c"]])
+def test_layer_norm_dynamic_dims(op, shape):
+    """The normalized element count computed at run time (Shape/ReduceProd) when the dims are not static:
+    PP-OCR's recognizer after ONNX Runtime's pre-processing has no inferred shapes at all."""
+    rng = np.random.default_rng(43)
+    x = _rand_int(rng, np.uint8, (2, 5, 24))
+    consts = dict(xs=np.float32(0.05), xz=np.int32(120), ys=np.float32(0.03 if op == "layer_norm" else 0.2),
+                  yz=np.int32(128 if op == "layer_norm" else 0))
+    m = _model(op, {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"], dict(axis=-1, out_dtype="uint8"))
+    vi = m.graph.input[0]
+    if shape is None:
+        vi.type.tensor_type.ClearField("shape")
+    else:
+        for d, v in zip(vi.type.tensor_type.shape.dim, shape):
+            d.Clear()
+            if isinstance(v, str):
+                d.dim_param = v
+            else:
+                d.dim_value = v
+    _compare(m, {"x": x})
