@@ -342,6 +342,10 @@ def demo(
         seed: Annotated[int, typer.Option("--seed", help="which crops are rendered")] = 0,
         output: Annotated[str | None, typer.Option("-o", "--output", show_default=False,
                                                   help="also save the int8 model (QDQ) here")] = None,
+        export: Annotated[str | None, typer.Option(
+            "--export", metavar="DIR", show_default=False,
+            help="also write the float model (DIR/float.onnx) and the calibration crops (DIR/samples/*.npy), "
+            "to try the other commands on")] = None,
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
 ) -> None:
     from qnnx.examples import ppocr_cls
@@ -351,7 +355,7 @@ def demo(
         if not quiet:
             print(f"qnnx demo: {line}", file=sys.stderr)
 
-    show_demo(ppocr_cls.run(samples, eval_samples, seed, output, log=log))
+    show_demo(ppocr_cls.run(samples, eval_samples, seed, output, log=log, export=export))
 
 
 def _one_line(text: str) -> str:

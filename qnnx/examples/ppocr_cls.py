@@ -82,6 +82,20 @@ def predict(model_path: Path, input_name: str, tensors: list[np.ndarray]) -> np.
     return np.array([int(np.argmax(session.run(None, {input_name: x})[0][0])) for x in tensors])
 
 
+def _export(clf: Classifier, calibration: list[np.ndarray], directory: Path, output) -> None:
+    import shutil
+
+    float_path = directory / "float.onnx"
+    if output is not None and Path(output).resolve() == float_path.resolve():
+        raise QnnxError("-o names the exported float model; choose another -o path", where=str(output))
+    if directory.exists() and not directory.is_dir():
+        raise QnnxError("--export needs a directory", where=str(directory))
+    (directory / "samples").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(clf.path, float_path)
+    for i, x in enumerate(calibration):
+        np.save(directory / "samples" / f"{i:03d}.npy", x)
+
+
 @dataclass(frozen=True)
 class DemoResult:
     calibration_samples: int
@@ -100,9 +114,11 @@ class DemoResult:
 
 
 def run(samples: int = 32, eval_samples: int = 200, seed: int = 0, output: str | Path | None = None,
-        repeats: int = 100, log=None) -> DemoResult:
+        repeats: int = 100, log=None, export: str | Path | None = None) -> DemoResult:
     """Render crops, quantize the classifier (QDQ, default :class:`QuantConfig`), score fp32 and
-    int8 on the evaluation crops, time both single-threaded. ``log(str)`` gets progress lines."""
+    int8 on the evaluation crops, time both single-threaded. ``log(str)`` gets progress lines.
+    ``export``: a directory to receive ``float.onnx`` (the shipped model) and ``samples/*.npy`` (the
+    calibration crops), to try the other ``qnnx`` commands on."""
     from qnnx.analysis.latency import median_latency_ms
     from qnnx.autoquant import QuantConfig, quantize
 
@@ -115,6 +131,9 @@ def run(samples: int = 32, eval_samples: int = 200, seed: int = 0, output: str |
     log(f"rendering {samples} calibration and {eval_samples} evaluation crops")
     calibration, _ = crops(clf, samples, seed, split=0)
     evaluation, labels = crops(clf, eval_samples, seed, split=1)
+    if export is not None:
+        _export(clf, calibration, Path(export), output)
+        log(f"wrote {Path(export) / 'float.onnx'} and {samples} crops in {Path(export) / 'samples'}")
     log(f"quantizing {clf.path.name} on {samples} crops")
     qm = quantize(str(clf.path), [{clf.input_name: x} for x in calibration], QuantConfig(progress=False))
     with tempfile.TemporaryDirectory(prefix="qnnx-demo-") as tmp:

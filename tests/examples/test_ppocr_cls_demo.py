@@ -29,13 +29,17 @@ def _accuracies(text: str) -> dict[str, float]:
 @pytest.mark.realmodel
 def test_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "cls.int8.onnx"
-    assert main(["demo", "--samples", "8", "--eval", "60", "--seed", "0", "-o", str(out), "-q"]) == 0
+    assert main(["demo", "--samples", "8", "--eval", "60", "--seed", "0", "-o", str(out), "-q",
+                 "--export", str(tmp_path / "demo")]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     acc = _accuracies(captured.out)
     # 60 crops: one crop is 1.7 points; int8 may lose at most 3 of them against fp32
     assert acc["fp32"] >= 0.85 and acc["int8 (qnnx)"] >= acc["fp32"] - 0.05, captured.out
     assert f"wrote {out} (qdq)" in captured.out and re.search(r"int8 \(qnnx\): .* ms, [0-9.]+x", captured.out)
+
+    assert (tmp_path / "demo" / "float.onnx").read_bytes() == ppocr_cls.load_classifier().path.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "demo" / "samples").iterdir()) == [f"{i:03d}.npy" for i in range(8)]
 
     # the saved model is a plain QDQ model ONNX Runtime runs, giving the labels the demo scored
     model = onnx.load(out)
