@@ -44,7 +44,7 @@ Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # 
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
 _IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
-_SUMMARY_SAMPLES = 4  # calibration samples the summary after quantize compares float and quantized on
+_SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
 
 Output = Annotated[str, typer.Option("-o", "--output", help="output .onnx file (written atomically; never the input)",
