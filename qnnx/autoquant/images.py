@@ -145,7 +145,13 @@ PRESETS: dict[str, ImagePreprocess] = {
 }
 
 
+# Modes Pillow would convert to 8 bits by clipping at 255, not by scaling: refused rather than silently wrong.
+_WIDE_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N")
+
+
 def _to_8bit(image, grayscale: bool):
+    if image.mode in _WIDE_MODES:
+        raise QnnxError(f"{image.mode} images (16/32-bit) are not supported; save the calibration images as 8-bit")
     return image.convert("L" if grayscale else "RGB")
 
 
@@ -213,8 +219,8 @@ class ImageFolder:
             with Image.open(file) as image:
                 image.load()  # decode now: a truncated file fails here, not later
                 return self.preprocess(image)
-        except QnnxError:
-            raise
+        except QnnxError as e:
+            raise e.at(str(file)) from None
         except Exception as e:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ...
             raise QnnxError(f"cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
                             where=str(file)) from None

@@ -275,6 +275,13 @@ def test_unreadable_image_names_the_file(tmp_path, content, kind):
     assert "b.png: cannot read image" in msg
 
 
+def test_16_bit_images_are_refused_not_clipped(tmp_path):
+    Image.fromarray(np.array([[0, 1000]], np.uint16)).save(tmp_path / "deep.png")
+    msg = _error(lambda: list(ImageFolder(tmp_path)))
+    assert msg == (f"{tmp_path / 'deep.png'}: I;16 images (16/32-bit) are not supported; save the calibration "
+                   "images as 8-bit")
+
+
 def test_shape_mismatch_names_the_file_and_says_what_to_change(tmp_path):
     _png(tmp_path / "a.png")
     specs = _specs(_model())
