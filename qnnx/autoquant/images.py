@@ -4,7 +4,9 @@
 
     decode     Pillow, to 8-bit RGB (``L`` with ``grayscale``); alpha is dropped; EXIF orientation is
                not applied (as Pillow and torchvision read images)
-    resize     to ``size`` (H, W) in 8-bit with ``interpolation``:
+    resize     to ``size`` (H, W) in 8-bit with ``interpolation`` (Pillow's filters: its bilinear
+               antialiases when shrinking, OpenCV's INTER_LINEAR does not, so pixels differ slightly
+               from an OpenCV pipeline; calibration statistics hardly do):
                "stretch"    both sides to size, aspect ratio ignored
                "letterbox"  scaled to fit inside, centred, border filled with ``pad_value`` (YOLO)
                "crop"       shorter side to ``size / crop_pct``, then a centred H x W crop (ImageNet eval)
