@@ -47,8 +47,8 @@ _IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
 
-Output = Annotated[str, typer.Option("-o", "--output", help="output .onnx file (written atomically; never the input)",
-                                     show_default=False)]
+Output = Annotated[str, typer.Option("-o", "--output", metavar="FILE", show_default=False,
+                                     help="output .onnx file (written atomically; never the input)")]
 
 
 def _model(help: str, metavar: str = "MODEL"):
@@ -340,7 +340,7 @@ def demo(
         samples: Annotated[int, typer.Option("--samples", min=1, help="calibration crops")] = 32,
         eval_samples: Annotated[int, typer.Option("--eval", min=1, help="evaluation crops")] = 200,
         seed: Annotated[int, typer.Option("--seed", help="which crops are rendered")] = 0,
-        output: Annotated[str | None, typer.Option("-o", "--output", show_default=False,
+        output: Annotated[str | None, typer.Option("-o", "--output", metavar="FILE", show_default=False,
                                                   help="also save the int8 model (QDQ) here")] = None,
         export: Annotated[str | None, typer.Option(
             "--export", metavar="DIR", show_default=False,
