@@ -16,8 +16,10 @@ Built-ins:
 
     Conv(x, W[, b]) [-> Relu | Clip]          x: activation, W: per-channel axis 0, out after the activation
     ConvTranspose(x, W[, b]) [-> Relu | Clip] W per-channel on axis 1
-    MatMul(x, W) / Gemm(x, W[, b])            W: per-column; activation x activation MatMul too
-    Add / Sub / Mul (residuals included)      both inputs and the output
+    MatMul(x, W) [-> Add(b)] / Gemm(x, W[, b]) W: per-column, b: int32 in the accumulator; act x act MatMul too
+    erf GELU (x/sqrt2 -> Erf -> +1 -> *x -> *0.5) input and output, like Gelu (one table once integer)
+    Mul / Div by a positive scalar constant   a type change: the input's integers, scale times the factor
+    Add / Sub / Mul (residuals included)      both inputs and the output [-> Relu | Clip]
     AveragePool / GlobalAveragePool, Concat   inputs and output
     Sigmoid, HardSigmoid, HardSwish, Tanh,
     LeakyRelu, Exp, Erf, Gelu, Elu, Softplus  input and output (a lookup table once integer)
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx_ir as ir
 
 from qnnx.ir import const_array
@@ -43,6 +46,9 @@ class Target:
     role: str  # "activation" | "weight" | "constant"
     axis: int | None = None
     fixed_range: tuple[float, float] | None = None  # known output range (softmax), no observation
+    # Output = source * factor with factor > 0 (Mul/Div by a positive constant): the same integers under
+    # a scale multiplied by ``factor``, so no observation and no requantization (a pure type change).
+    scaled_from: tuple[ir.Value, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,11 +175,29 @@ class MatMulPattern(Pattern):
         if w is not None:
             if w.ndim != 2:
                 return MatchFail(f"constant B of rank {w.ndim}; per-column weights need rank 2")
-            return PatternMatch(self.name, (node,), (_activation(a), Target(b, "weight", 1)),
-                                (_activation(node.outputs[0]),))
+            add, bias = _bias_add(node.outputs[0], w.shape[1])
+            if add is None:
+                return PatternMatch(self.name, (node,), (_activation(a), Target(b, "weight", 1)),
+                                    (_activation(node.outputs[0]),))
+            # A linear layer: the bias joins the int32 accumulator (scale sa * sw), one quantize after the Add.
+            return PatternMatch(self.name, (node, add), (_activation(a), Target(b, "weight", 1)),
+                                (_activation(add.outputs[0]),), bias)
         if not _is_float_activation(b):
             return MatchFail("input B is neither constant nor a float activation")
         return PatternMatch(self.name, (node,), (_activation(a), _activation(b)), (_activation(node.outputs[0]),))
+
+
+def _bias_add(out: ir.Value, columns: int) -> tuple[ir.Node | None, ir.Value | None]:
+    """The ``Add(out, b)`` alone consuming a MatMul output, with ``b`` a constant vector of one value
+    per output column (what exporters write for ``nn.Linear``), and that ``b``; (None, None) otherwise."""
+    add = _sole_consumer(out)
+    if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+        return None, None
+    bias = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+    c = const_array(bias)
+    if c is None or c.ndim != 1 or c.shape[0] != columns or not np.issubdtype(c.dtype, np.floating):
+        return None, None
+    return add, bias
 
 
 @register_pattern
@@ -215,10 +239,129 @@ class _AllActivationsPattern(Pattern):
         return PatternMatch(self.name, (node,), tuple(targets), (_activation(node.outputs[0]),))
 
 
+def _positive_scalar(v: ir.Value | None) -> float | None:
+    c = const_array(v) if v is not None else None
+    if c is None or c.size != 1 or not np.issubdtype(c.dtype, np.floating):
+        return None
+    c = float(c.reshape(()))
+    return c if np.isfinite(c) and c > 0 else None
+
+
+_SQRT2 = float(np.sqrt(2.0))
+
+
+def _scalar(v: ir.Value | None) -> float | None:
+    c = const_array(v) if v is not None else None
+    return float(c.reshape(())) if c is not None and c.size == 1 and np.issubdtype(c.dtype, np.floating) else None
+
+
+def _other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
+    if len(node.inputs) != 2:
+        return None
+    return node.inputs[1] if node.inputs[0] is v else node.inputs[0] if node.inputs[1] is v else None
+
+
+@register_pattern  # before "scale" and "binary": they would claim the Div / Mul that starts the chain
+class GeluPattern(Pattern):
+    """The exact GELU as exporters write it without a Gelu op (torch before opset 20), one
+    elementwise unit like ``Gelu``: quantized input and output, a lookup table once integer.
+
+        Mul(x, 0.5 * (1 + Erf(x / sqrt2)))  in either order of the two Muls:
+        Div(x, sqrt2) | Mul(x, 1/sqrt2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5)
+                                                         -> Mul(0.5 * x)      (x * 0.5 computed first)
+
+    Quantizing each of its five ops requantizes four times inside one activation function (on
+    all-MiniLM-L6-v2 the chain cost 0.003 of sentence-embedding cosine)."""
+
+    name = "gelu"
+    anchors = ("Div", "Mul")
+
+    def match(self, node):
+        m = self._match_from_scaled_input(node)
+        if isinstance(m, MatchFail) and node.op_type == "Mul":  # x * 0.5 may come first in graph order
+            x = next((v for v in node.inputs if _scalar(_other_input(node, v)) == 0.5), None)
+            for use in x.uses() if x is not None else ():
+                if use.node is not node and use.node.op_type in self.anchors:
+                    other = self._match_from_scaled_input(use.node)
+                    if isinstance(other, PatternMatch) and node in other.nodes:
+                        return other
+        return m
+
+    def _match_from_scaled_input(self, node):
+        x = node.inputs[0]
+        k = _scalar(node.inputs[1]) if len(node.inputs) == 2 else None
+        if node.op_type == "Mul" and k is None and len(node.inputs) == 2:
+            x, k = node.inputs[1], _scalar(node.inputs[0])
+        if k is None or not _is_float_activation(x):
+            return MatchFail("not the start of an erf GELU (x / sqrt2)")
+        scale = 1.0 / k if node.op_type == "Div" else k
+        if not np.isclose(scale, 1.0 / _SQRT2, rtol=1e-5):
+            return MatchFail("not the start of an erf GELU (x / sqrt2)")
+        erf = _sole_consumer(node.outputs[0])
+        add = _sole_consumer(erf.outputs[0]) if erf is not None and erf.op_type == "Erf" else None
+        if add is None or add.op_type != "Add" or _scalar(_other_input(add, erf.outputs[0])) != 1.0:
+            return MatchFail("not an erf GELU: x / sqrt2 is not followed by Erf -> Add(1)")
+        mul = _sole_consumer(add.outputs[0])
+        if mul is None or mul.op_type != "Mul":
+            return MatchFail("not an erf GELU: 1 + erf(.) is not multiplied")
+        other = _other_input(mul, add.outputs[0])
+        half = None
+        if other is x:  # x * (1 + erf) -> * 0.5
+            half = _sole_consumer(mul.outputs[0])
+            if half is None or half.op_type != "Mul" or _scalar(_other_input(half, mul.outputs[0])) != 0.5:
+                return MatchFail("not an erf GELU: x * (1 + erf) is not halved")
+            nodes = (node, erf, add, mul, half)
+        else:  # (x * 0.5) * (1 + erf)
+            half = other.producer() if other is not None else None
+            if half is None or half.op_type != "Mul" or _other_input(half, x) is None or \
+                    _scalar(_other_input(half, x)) != 0.5 or len(half.outputs[0].uses()) != 1:
+                return MatchFail("not an erf GELU: 1 + erf(.) is not multiplied by x / 2")
+            nodes = (node, erf, add, half, mul)
+        out = nodes[-1].outputs[0]
+        return PatternMatch(self.name, nodes, (_activation(x),), (_activation(out),))
+
+
+@register_pattern  # registered before "binary" so Mul by a positive constant is a type change, not a QLinearMul
+class ScalePattern(Pattern):
+    """``x * c`` or ``x / c`` with a positive scalar constant ``c``: the output is the input's integers
+    with scale ``s * c`` (``s / c``). Realized as a DequantizeLinear with the scaled scale and no float op
+    (hard-swish's ``/ 6`` costs a DequantizeLinear, a float Div and a QuantizeLinear otherwise)."""
+
+    name = "scale"
+    anchors = ("Mul", "Div")
+
+    def match(self, node):
+        x, c = node.inputs[0], node.inputs[1]
+        factor = _positive_scalar(c)
+        if factor is None and node.op_type == "Mul":
+            x, c = c, x
+            factor = _positive_scalar(c)
+        if factor is None:
+            return MatchFail("no positive scalar constant operand")
+        if not _is_float_activation(x):
+            return MatchFail("the other operand is not a float activation")
+        rank = const_array(c).ndim
+        if rank > 1 and (x.shape is None or rank > len(x.shape)):
+            return MatchFail("the constant broadcasts the activation to another shape")
+        if node.op_type == "Div":
+            factor = 1.0 / factor
+        return PatternMatch(self.name, (node,), (_activation(x),),
+                            (Target(node.outputs[0], "activation", scaled_from=(x, factor)),))
+
+
 @register_pattern
 class BinaryPattern(_AllActivationsPattern):
     name = "binary"
     anchors = ("Add", "Sub", "Mul")
+
+    def match(self, node):
+        m = super().match(node)
+        act = _fused_activation(node.outputs[0]) if isinstance(m, PatternMatch) else None
+        if act is None:
+            return m
+        # Quantize after the Relu/Clip: ONNX Runtime then drops the activation into the QuantizeLinear's
+        # range and fuses QLinearAdd/QLinearMul, as it does for Conv.
+        return PatternMatch(m.pattern, (node, act), m.inputs, (_activation(act.outputs[0]),))
 
 
 @register_pattern

@@ -27,8 +27,10 @@ import onnxruntime as ort
 
 from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, patterns_for
 from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
 from qnnx.errors import QnnxError
@@ -103,6 +105,7 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             break
         else:
             decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
+    matches = keep_normalization_inputs_float(model.graph, matches, decisions)
     return Plan(matches, _share_groups(matches), decisions)
 
 
@@ -125,8 +128,9 @@ def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
     """Map each quantized activation to the value whose qparams it reuses (itself, or the source of
     a data-movement chain that is itself quantized)."""
     targets = {t.value for m in matches for t in (*m.inputs, *m.outputs) if t.role == "activation"
-               and t.fixed_range is None}
-    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None}
+               and t.fixed_range is None and t.scaled_from is None}
+    # Outputs whose qparams are known without observation (softmax's [0, 1], a scaled input's).
+    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None or t.scaled_from is not None}
     groups = {}
     for v in targets:
         root, cur = v, v
@@ -238,6 +242,25 @@ def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
     return qparams_from_range(lo, hi, config.activation_dtype, symmetric=False)
 
 
+def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) -> dict[str, QParams]:
+    """QParams of every quantized activation by value name: observed roots, fixed ranges, and outputs
+    scaled from their input (in plan order, so a scaled value may itself be the source of another)."""
+    roots = dict(root_qparams)
+    for m in the_plan.matches:
+        for t in m.outputs:
+            if t.fixed_range is not None:
+                roots[t.value] = fixed_qparams(t, config)
+            elif t.scaled_from is not None:
+                source, factor = t.scaled_from
+                qp = roots[the_plan.groups.get(source, source)]
+                roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
+                                         qp.dtype, qp.axis)
+    out = {v.name: roots[r] for v, r in the_plan.groups.items()}
+    out.update({t.value.name: roots[t.value] for m in the_plan.matches for t in m.outputs
+                if t.fixed_range is not None or t.scaled_from is not None})
+    return out
+
+
 # --------------------------------------------------------------------------- fallback
 
 
@@ -254,7 +277,7 @@ def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[Patte
                  config: QuantConfig) -> dict[int, float]:
     """Output SQNR of each pattern, quantized model vs float model, on ``calibration`` (a list of the
     first calibration samples, kept during calibration)."""
-    outs = [m.outputs[0].value.name for m in matches]
+    outs = [(m.outputs[0].value if m.outputs else m.nodes[-1].outputs[0]).name for m in matches]
     f_vals = [v for v in (_find_value(float_model, n) for n in outs) if v is not None]
     q_vals = [v for v in (_find_value(qdq_model, n) for n in outs) if v is not None]
     fs, qs = _session_with_outputs(float_model, f_vals), _session_with_outputs(qdq_model, q_vals)
@@ -323,6 +346,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     config = config or QuantConfig()
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
     float_model = prepare(model, min_opset=21 if config.activation_dtype.endswith("16") else 13)
+    float_model, calibration = smooth(float_model, calibration, config)
     the_plan = plan(float_model, config)
     if not the_plan.matches:
         raise QnnxError("nothing to quantize: no node matched a quantization pattern")
@@ -331,9 +355,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         raise QnnxError("propagate_error reads the calibration data twice: give a directory or a list, "
                         "not a one-shot iterator")
     root_qparams, n, seconds, kept, observers = calibrate(float_model, the_plan, calibration, config)
-    fixed = {t.value.name: fixed_qparams(t, config) for m in the_plan.matches for t in m.outputs
-             if t.fixed_range is not None}
-    act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()} | fixed
+    act_qparams = activation_qparams(the_plan, root_qparams, config)
     qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     if config.propagate_error:
         # Same value names in the QDQ model: each activation now carries the quantization error of
@@ -342,7 +364,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         # replacing the first pass moved some ranges 2x either way and cost PP-OCR rec 30 points.
         root_qparams, _, seconds2, _, _ = calibrate(qdq, the_plan, calibration, config, observers)
         seconds += seconds2
-        act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()} | fixed
+        act_qparams = activation_qparams(the_plan, root_qparams, config)
         qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     report = QuantReport(the_plan.decisions, seconds, n)
     if config.sqnr_threshold_db is not None:

@@ -4,11 +4,14 @@
   converter — at the load boundary, before any pass;
 - constant folding and Constant nodes -> initializers (onnxscript's optimizer);
 - BatchNormalization folded into Conv / ConvTranspose / Gemm (onnxscript rewrite rules);
+- per-output-channel affine ops after a Conv (``Mul`` / ``Add`` by a constant: bias adds, Paddle's
+  learnable affine blocks) folded into its weights and bias, so they cost no integer op at all;
 - ONNX shape inference, non-strict, so dynamic batch/height/width never stop it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx.version_converter
 import onnx_ir as ir
@@ -19,7 +22,7 @@ from onnxscript.rewriter.rules.common import (fuse_batchnorm_into_conv_rule, fus
                                               fuse_batchnorm_into_gemm_rule)
 
 from qnnx.errors import QnnxError
-from qnnx.ir import load_model
+from qnnx.ir import Builder, const_array, load_model
 
 MIN_OPSET = 13
 
@@ -46,6 +49,7 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
         m = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # best effort: rules that need a shape say so
         pass
+    fold_affine_into_conv(m.graph)
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
     return m
@@ -85,3 +89,65 @@ def _name_everything(graph: ir.Graph) -> None:
         for o in node.outputs:
             if not o.name:
                 o.name = fresh(f"{node.name}_out")
+
+
+def _per_output_channel(c: np.ndarray, out_rank: int, channels: int) -> np.ndarray | None:
+    """``c`` as a length-``channels`` vector when it broadcasts along the channel axis (1) of a rank
+    ``out_rank`` output and nowhere else; None otherwise."""
+    if c.ndim > out_rank or not np.issubdtype(c.dtype, np.floating):
+        return None
+    shape = (1,) * (out_rank - c.ndim) + c.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float32)
+
+
+def fold_affine_into_conv(graph: ir.Graph) -> int:
+    """``Conv -> Mul(c)`` and ``Conv -> Add(c)`` with ``c`` constant per output channel (or scalar)
+    become the Conv alone, with ``W * c`` / ``b * c`` or ``b + c``. Exact in real arithmetic; the Conv
+    must be the Mul/Add's only producer and the Mul/Add the Conv's only consumer. Returns #folded."""
+    folded = 0
+    changed = True
+    while changed:
+        changed = False
+        for conv in list(graph):
+            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(conv.inputs) < 2:
+                continue
+            w = const_array(conv.inputs[1])
+            b = const_array(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
+            out = conv.outputs[0]
+            uses = list(out.uses())
+            if w is None or w.dtype != np.float32 or (len(conv.inputs) > 2 and conv.inputs[2] is not None and b is None):
+                continue
+            if len(uses) != 1 or out.is_graph_output() or out.shape is None:
+                continue
+            nxt = uses[0].node
+            if nxt.op_type not in ("Mul", "Add") or nxt.domain not in ("", "ai.onnx") or nxt.outputs[0].is_graph_output():
+                continue
+            c = const_array(nxt.inputs[1 - uses[0].idx])
+            vec = _per_output_channel(c, len(out.shape), w.shape[0]) if c is not None else None
+            if vec is None:
+                continue
+            bias = np.zeros(w.shape[0], np.float32) if b is None else b.astype(np.float32)
+            if nxt.op_type == "Mul":
+                w = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+                bias = bias * vec
+            else:
+                bias = bias + vec
+            builder = Builder(graph, conv.name or "Conv")
+            new_w = builder.const(w, "folded_weight")
+            new_b = builder.const(bias.astype(np.float32), "folded_bias")
+            conv.replace_input_with(1, new_w)
+            if len(conv.inputs) > 2:
+                conv.replace_input_with(2, new_b)
+            else:
+                conv.resize_inputs(3)
+                conv.replace_input_with(2, new_b)
+            ir.convenience.replace_all_uses_with(nxt.outputs[0], out)
+            graph.remove(nxt, safe=True)
+            folded += 1
+            changed = True
+    for name, init in list(graph.initializers.items()):
+        if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
+            graph.initializers.pop(name)
+    return folded

@@ -221,7 +221,7 @@ def test_binary_quantizes_both_inputs_and_output_constants_as_per_tensor_constan
     assert add.pattern == "binary"
     assert _names(add.inputs) == [("x", "activation", None), ("x2", "activation", None)]
     assert _names(add.outputs) == [("r", "activation", None)]
-    mul = _match(model, "scale")
+    mul = _match(model, "scale", "binary")
     assert _names(mul.inputs) == [("r", "activation", None), ("k", "constant", None)]
 
 
@@ -243,10 +243,12 @@ def test_binary_refusals():
                                      "Gelu", "Elu", "Softplus")],
 ])
 def test_every_documented_op_is_anchored_by_its_pattern(op, pattern):
-    assert [p.name for p in patterns_for(op)] == [pattern]
+    names = [p.name for p in patterns_for(op)]
+    # Multi-node patterns that start at the op (erf GELU at Div/Mul) and the scale type change come first.
+    assert names[-1] == pattern and set(names[:-1]) <= {"gelu", "scale"}
 
 
-@pytest.mark.parametrize("op", ["Relu", "MaxPool", "Reshape", "TopK", "Div"])
+@pytest.mark.parametrize("op", ["Relu", "MaxPool", "Reshape", "TopK"])
 def test_ops_without_a_pattern_are_not_anchored(op):
     assert patterns_for(op) == []
 
@@ -320,3 +322,54 @@ def test_adding_a_pattern_is_one_registered_class(toy_pattern):
 def test_toy_pattern_is_gone_after_removal():
     assert patterns_for("Abs") == []
     assert all(p.name != "toy_abs" for p in P.PATTERNS)
+
+
+# --------------------------------------------------------------------------- scale (type change) and fused activations
+
+
+def test_mul_or_div_by_a_positive_scalar_is_a_type_change_of_its_input():
+    g = Graph()
+    x = g.input("x", [1, 4])
+    d = g.node("Div", [x, g.const(np.array(6.0, np.float32), "six")], name="div", out="d")
+    g.node("Mul", [g.const(np.array([2.0], np.float32), "two"), d], name="mul", out="y")
+    model = _ir(g, "y")
+    div = _match(model, "div", "scale")
+    assert div.pattern == "scale" and _names(div.inputs) == [("x", "activation", None)]
+    assert div.outputs[0].scaled_from[0].name == "x" and div.outputs[0].scaled_from[1] == pytest.approx(1 / 6)
+    mul = _match(model, "mul", "scale")
+    assert mul.outputs[0].scaled_from[0].name == "d" and mul.outputs[0].scaled_from[1] == 2.0
+
+
+@pytest.mark.parametrize("const", [np.array(-2.0, np.float32), np.array([1.0, 2.0, 3.0, 4.0], np.float32),
+                                   np.array(0.0, np.float32), np.array(2, np.int64)])
+def test_scale_refuses_non_positive_vector_or_integer_constants(const):
+    g = Graph()
+    g.node("Mul", [g.input("x", [1, 4], const.dtype if const.dtype != np.float32 else np.float32),
+                   g.const(const, "k")], name="mul", out="y")
+    assert _match(_ir(g, "y"), "mul", "scale") == MatchFail("no positive scalar constant operand")
+
+
+def test_scale_refuses_a_constant_that_broadcasts_the_activation():
+    g = Graph()
+    g.node("Mul", [g.input("x", [4]), g.const(np.full((1, 1), 2.0, np.float32), "k")], name="mul", out="y")
+    assert _match(_ir(g, "y"), "mul", "scale") == MatchFail("the constant broadcasts the activation to another shape")
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip"])
+def test_binary_fuses_a_sole_relu_or_constant_clip_and_quantizes_after_it(act):
+    g = Graph()
+    a = g.node("Add", [g.input("x", [1, 4]), g.input("x2", [1, 4])], name="add", out="a")
+    bounds = [g.const(np.array(0.0, np.float32)), g.const(np.array(6.0, np.float32))] if act == "Clip" else []
+    g.node(act, [a, *bounds], name="act", out="y")
+    m = _match(_ir(g, "y"), "add", "binary")
+    assert [n.name for n in m.nodes] == ["add", "act"]
+    assert _names(m.outputs) == [("y", "activation", None)]
+
+
+def test_binary_does_not_fuse_an_activation_it_does_not_feed_alone():
+    g = Graph()
+    a = g.node("Add", [g.input("x", [1, 4]), g.input("x2", [1, 4])], name="add", out="a")
+    r = g.node("Relu", [a], name="act", out="r")
+    g.node("Mul", [a, r], name="mul", out="y")
+    m = _match(_ir(g, "y"), "add", "binary")
+    assert [n.name for n in m.nodes] == ["add"] and _names(m.outputs) == [("a", "activation", None)]

@@ -581,3 +581,53 @@ def test_propagate_error_refuses_a_one_shot_iterator(main_float):
 def _scales(model) -> dict[str, float]:
     return {name: float(np.max(v.const_value.numpy())) for name, v in model.graph.initializers.items()
             if name.endswith("/q_scale")}
+
+
+# --------------------------------------------------------------------------- export shaped for runtimes
+
+
+def _conv_div_conv():
+    rng = np.random.default_rng(3)
+    g = Graph()
+    c1 = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(rng, 4, 3), "w1")], name="conv1",
+                pads=[1, 1, 1, 1], out="c1")
+    r = g.node("Relu", [c1], name="relu1", out="r1")
+    d = g.node("Div", [r, g.const(np.array(6.0, np.float32), "six")], name="div", out="d")
+    g.node("Conv", [d, g.const(conv_weight(rng, 2, 4), "w2")], name="conv2", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
+def test_division_by_a_positive_constant_becomes_a_rescaled_dequantize():
+    model = _conv_div_conv()
+    qm = _quantize(model, samples(8))
+    qdq = qm.qdq
+    assert not [n for n in qdq.graph if n.op_type == "Div"]
+    q, dq = qdq_of(qdq, "r1")  # the Relu output's integers ...
+    readers = [u.node for u in q.outputs[0].uses()]
+    assert len(readers) == 1  # ... are read once, by a DequantizeLinear with scale / 6 (same zero point)
+    scaled = readers[0]
+    assert scaled.op_type == "DequantizeLinear" and [u.node.name for u in scaled.outputs[0].uses()] == ["conv2"]
+    s, z = qparams_of(q)
+    s2, z2 = qparams_of(scaled)
+    assert s2 == np.float32(s * np.float32(1 / 6)) and z2 == z
+    x = samples(1, seed=9)[0]
+    want, got = run_ort(model, {"x": x})[0], run_ort(qdq, {"x": x})[0]
+    assert _cosine(want, got) > 0.999
+    canonical = qm.canonical  # FQ2I reads the rescaled DequantizeLinear as a type change: integer-only
+    assert _float_compute_nodes(canonical) == []
+
+
+def test_bias_that_would_overflow_int32_raises_the_weight_scale_of_its_channel():
+    rng = np.random.default_rng(4)
+    w = conv_weight(rng, 3, 3)
+    w[1] = 1e-9  # a dead channel: its per-channel scale would be ~1e-11
+    g = Graph()
+    g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(w, "w"), g.const(np.array([0.1, 5.0, -0.2], np.float32), "b")],
+           name="conv", pads=[1, 1, 1, 1], out="y")
+    model = g.model("y")
+    qdq = _quantize(model, samples(8)).qdq
+    bias = _weight_dq(qdq, "conv", 2).inputs[0].const_value.numpy()
+    assert np.abs(bias).max() <= 2**30
+    x = samples(1, seed=5)[0]
+    want, got = run_ort(model, {"x": x})[0], run_ort(qdq, {"x": x})[0]
+    np.testing.assert_allclose(got[0, 1], want[0, 1], atol=0.05)  # the dead channel keeps its bias of 5

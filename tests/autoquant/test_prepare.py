@@ -175,3 +175,37 @@ def test_user_node_names_survive_prepare():
     g.node("Relu", [c], name="my_relu", out="y")
     names = {n.name for n in prepare(g.model("y")).graph}
     assert {"my_conv", "my_relu"} <= names, names
+
+
+def test_per_channel_mul_and_add_after_conv_fold_into_its_weights_and_bias():
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
+                        g.const(RNG.normal(size=4).astype(np.float32), "b")], name="conv", pads=[1, 1, 1, 1])
+    m = g.node("Mul", [g.const(RNG.uniform(-2, 2, (4, 1, 1)).astype(np.float32), "a"), c], name="affine_mul")
+    a = g.node("Add", [m, g.const(np.array([0.7], np.float32), "beta")], name="affine_add")
+    g.node("Relu", [a], name="relu", out="y")  # a graph output keeps its producer (and name)
+    model = g.model("y")
+    p = prepare(model)
+    assert _ops(p) == ["Conv", "Relu"]
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["two_consumers", "spatial_constant"])
+def test_affine_ops_that_are_not_per_output_channel_stay(case):
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1])
+    if case == "spatial_constant":  # varies along W: not a per-channel scale
+        k = g.const(RNG.uniform(0.5, 2, (1, 1, 1, 6)).astype(np.float32), "k")
+    else:
+        k = g.const(np.array(2.0, np.float32), "k")
+    m = g.node("Mul", [c, k], name="mul")
+    outs = ["y"]
+    if case == "two_consumers":
+        g.node("Relu", [c], name="other", out="z")
+        outs.append("z")
+    g.node("Identity", [m], name="id", out="y")
+    model = g.model(*outs)
+    p = prepare(model)
+    assert "Mul" in _ops(p)
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)})

@@ -1,0 +1,229 @@
+"""Transformer building blocks in automatic quantization: a linear layer's bias in the accumulator,
+the erf GELU as one unit, normalization inputs kept float, float readers of float values, and
+SmoothQuant smoothing of LayerNorm outputs (exact in float, better once quantized).
+
+Small synthetic graphs shaped like one BERT layer (token x hidden activations with one outlier
+channel, as the residual stream of a real transformer has)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from autoquant_helpers import Graph, nodes_by_name, qdq_of, run_ort
+
+import qnnx
+from qnnx import QnnxError, QuantConfig
+from qnnx.autoquant.patterns import MatchFail, patterns_for
+from qnnx.autoquant.pipeline import plan
+from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.smoothing import smooth, smoothing_sites
+
+RNG = np.random.default_rng(11)
+H, F, T = 16, 32, 6  # hidden, FFN width, tokens
+OUTLIER = 3  # the hidden channel carrying large values
+
+
+def _w(rows, cols, std=0.3):
+    return (RNG.standard_normal((rows, cols)) * std).astype(np.float32)
+
+
+def _gelu(g: Graph, x: str, half_first: bool = False, prefix: str = "gelu") -> str:
+    """The erf GELU as torch exports it before opset 20 (``half_first``: x * 0.5 computed first)."""
+    d = g.node("Div", [x, g.const(np.float32(np.sqrt(2.0)))], name=f"{prefix}_div")
+    e = g.node("Erf", [d], name=f"{prefix}_erf")
+    a = g.node("Add", [e, g.const(np.float32(1.0))], name=f"{prefix}_add")
+    if half_first:
+        h = g.node("Mul", [x, g.const(np.float32(0.5))], name=f"{prefix}_half")
+        return g.node("Mul", [h, a], name=f"{prefix}_mul")
+    m = g.node("Mul", [x, a], name=f"{prefix}_mul")
+    return g.node("Mul", [m, g.const(np.float32(0.5))], name=f"{prefix}_half")
+
+
+@cache
+def _layer(half_first: bool = False):
+    """(Built once: the weights are drawn at random.) x -> LN -> linear(+bias) -> GELU -> linear(+bias) -> + LN output -> LN -> y (a post-LN FFN block)."""
+    g = Graph(opset=17)
+    x = g.input("x", [1, T, H])
+    ones, zeros = np.ones(H, np.float32), np.zeros(H, np.float32)
+    n1 = g.node("LayerNormalization", [x, g.const(ones, "g1"), g.const(zeros, "b1")], name="ln1", axis=-1,
+                out="n1")
+    u = g.node("MatMul", [n1, g.const(_w(H, F), "w_up")], name="up", out="up_mm")
+    ub = g.node("Add", [u, g.const(RNG.normal(0, .1, F).astype(np.float32), "b_up")], name="up_bias", out="up_b")
+    act = _gelu(g, ub, half_first)
+    d = g.node("MatMul", [act, g.const(_w(F, H), "w_down")], name="down", out="down_mm")
+    db = g.node("Add", [g.const(RNG.normal(0, .1, H).astype(np.float32), "b_down"), d], name="down_bias",
+                out="down_b")
+    r = g.node("Add", [db, n1], name="residual", out="res")
+    g.node("LayerNormalization", [r, g.const(ones, "g2"), g.const(zeros, "b2")], name="ln2", axis=-1, out="y")
+    return g.model("y")
+
+
+def _tokens(n, seed=5, outlier=30.0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = rng.standard_normal((1, T, H)).astype(np.float32)
+        x[..., OUTLIER] *= outlier
+        out.append({"x": x})
+    return out
+
+
+def _decisions(model):
+    return {d.node: d for d in plan(prepare(model), QuantConfig(progress=False)).decisions}
+
+
+def _cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+# --------------------------------------------------------------------------- linear layer bias
+
+
+def test_matmul_absorbs_its_bias_add_into_the_accumulator():
+    p = prepare(_layer())
+    m = patterns_for("MatMul")[0].match(nodes_by_name(p)["up"])
+    assert [n.name for n in m.nodes] == ["up", "up_bias"] and m.bias.name == "b_up"
+    assert [t.value.name for t in m.outputs] == ["up_b"]
+    qm = qnnx.quantize(_layer(), _tokens(4), QuantConfig(progress=False, smoothing_alpha=None))
+    nodes = nodes_by_name(qm.qdq)
+    assert all(u.node.op_type != "QuantizeLinear" for u in nodes["up"].outputs[0].uses())  # no Q before the bias
+    bias_dq = nodes["up_bias"].inputs[1].producer()
+    assert bias_dq.op_type == "DequantizeLinear" and bias_dq.inputs[0].dtype == ir.DataType.INT32
+    q, scale = bias_dq.inputs[0].const_value.numpy(), bias_dq.inputs[1].const_value.numpy()
+    b = qm.qdq.graph.initializers.get("b_up")
+    assert b is None  # the float bias is replaced by its int32 form
+    x_scale = qdq_of(qm.qdq, "n1")[0].inputs[1].const_value.numpy()
+    w_scale = nodes["up"].inputs[1].producer().inputs[1].const_value.numpy()
+    np.testing.assert_allclose(scale, x_scale * w_scale, rtol=1e-6)  # the accumulator's scale, per column
+    assert q.dtype == np.int32 and q.shape == (F,)
+
+
+@pytest.mark.parametrize("bias", [np.zeros((1, F), np.float32), None], ids=["2-D constant", "activation"])
+def test_matmul_leaves_other_adds_alone(bias):
+    g = Graph()
+    x = g.input("x", [2, H])
+    mm = g.node("MatMul", [x, g.const(_w(H, F))], name="mm")
+    other = g.const(bias) if bias is not None else g.input("z", [2, F])
+    g.node("Add", [mm, other], name="add", out="y")
+    m = patterns_for("MatMul")[0].match(nodes_by_name(ir.from_proto(g.model("y")))["mm"])
+    assert [n.name for n in m.nodes] == ["mm"] and m.bias is None
+
+
+# --------------------------------------------------------------------------- erf GELU
+
+
+@pytest.mark.parametrize("half_first", [False, True], ids=["x*(1+erf)*0.5", "(x*0.5)*(1+erf)"])
+def test_erf_gelu_is_one_elementwise_unit(half_first):
+    d = _decisions(_layer(half_first))
+    gelu = [v for v in d.values() if v.pattern == "gelu"]
+    assert len(gelu) == 1 and gelu[0].quantized
+    p = prepare(_layer(half_first))
+    m = next(m for m in plan(p, QuantConfig(progress=False)).matches if m.pattern == "gelu")
+    assert len(m.nodes) == 5
+    assert [t.value.name for t in m.inputs] == ["up_b"] and [t.value.name for t in m.outputs] == \
+        [m.nodes[-1].outputs[0].name]
+    qm = qnnx.quantize(_layer(half_first), _tokens(4), QuantConfig(progress=False, smoothing_alpha=None))
+    inside = {n.name for n in m.nodes}
+    # no requantization inside the activation: no QuantizeLinear reads a value computed inside it but the last
+    qs = [n for n in qm.qdq.graph if n.op_type == "QuantizeLinear" and n.inputs[0].producer() is not None
+          and n.inputs[0].producer().name in inside]
+    assert [q.inputs[0].producer().name for q in qs] == [m.nodes[-1].name]
+
+
+def test_div_by_another_constant_is_not_a_gelu():
+    g = Graph()
+    x = g.input("x", [2, 4])
+    d = g.node("Div", [x, g.const(np.float32(2.0))], name="div")
+    g.node("Erf", [d], name="erf", out="y")
+    node = nodes_by_name(ir.from_proto(g.model("y")))["div"]
+    gelu = next(p for p in patterns_for("Div") if p.name == "gelu")
+    m = gelu.match(node)
+    assert isinstance(m, MatchFail) and "x / sqrt2" in m.reason
+
+
+# --------------------------------------------------------------------------- normalization inputs
+
+
+def test_values_read_by_layernorm_stay_float():
+    d = _decisions(_layer())
+    assert not d["residual"].quantized and "feeds LayerNormalization 'ln2'" in d["residual"].reason
+    assert "down_bias" not in d  # part of the linear layer "down"
+    assert d["down"].quantized and "float output (feeds LayerNormalization 'ln2')" in d["down"].reason
+    qm = qnnx.quantize(_layer(), _tokens(4), QuantConfig(progress=False, smoothing_alpha=None))
+    nodes = nodes_by_name(qm.qdq)
+    assert nodes["ln2"].inputs[0].producer().name == "residual"  # no DequantizeLinear in front of ln2
+    assert not [n for n in qm.qdq.graph if n.op_type == "QuantizeLinear" and n.inputs[0].name in
+                ("res", "down_b", "down_mm")]
+    qdq_of(qm.qdq, "up_b")  # the linear layer feeding the GELU still ends in a quantize
+
+
+def test_float_readers_of_a_float_value_keep_it_exact():
+    """ln1's output feeds the up-projection (quantized) and the residual Add (float): the Add reads
+    the float value, only the MatMul reads the DequantizeLinear."""
+    qm = qnnx.quantize(_layer(), _tokens(4), QuantConfig(progress=False, smoothing_alpha=None))
+    nodes = nodes_by_name(qm.qdq)
+    assert nodes["residual"].inputs[1].name == "n1" and nodes["residual"].inputs[1].producer().name == "ln1"
+    assert nodes["up"].inputs[0].producer().op_type == "DequantizeLinear"
+
+
+# --------------------------------------------------------------------------- smoothing
+
+
+def test_smoothing_is_exact_in_float_and_moves_the_outlier_into_the_weights():
+    calib = _tokens(8)
+    model = prepare(_layer())
+    assert [s.norm.name for s in smoothing_sites(model.graph)] == ["ln1"]
+    ref = [run_ort(model, f)[0] for f in calib]
+    smoothed, _ = smooth(model, calib, QuantConfig(progress=False))
+    nodes = nodes_by_name(smoothed)
+    assert nodes["residual"].inputs[1].name == "n1" and nodes["residual"].inputs[1].producer().op_type == "Mul"
+    for f, r in zip(calib, ref):
+        np.testing.assert_allclose(run_ort(smoothed, f)[0], r, rtol=1e-4, atol=1e-4)  # float rounding only
+    gamma = nodes["ln1"].inputs[1].const_value.numpy()
+    assert np.argmin(gamma) == OUTLIER  # the outlier channel is divided the most
+
+
+@cache
+def _ln_linear():
+    """x -> LN (gamma 20x larger on one channel: an outlier channel in its output) -> linear -> LN -> y
+    (the last LN keeps the linear layer's output float, so y shows the error of its quantized input)."""
+    g = Graph(opset=17)
+    gamma = np.full(H, 0.5, np.float32)
+    gamma[OUTLIER] = 10.0
+    n = g.node("LayerNormalization", [g.input("x", [1, T, H]), g.const(gamma), g.const(np.zeros(H, np.float32))],
+               name="ln", axis=-1)
+    mm = g.node("MatMul", [n, g.const(_w(H, F))], name="mm")
+    b = g.node("Add", [mm, g.const(np.zeros(F, np.float32))], name="bias")
+    g.node("LayerNormalization", [b, g.const(np.ones(F, np.float32))], name="ln_out", axis=-1, out="y")
+    return g.model("y")
+
+
+def _sqnr_db(ref, got):
+    ref, got = np.concatenate([r.ravel() for r in ref]), np.concatenate([q.ravel() for q in got])
+    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ref - got).astype(np.float64) ** 2))
+
+
+def test_smoothing_improves_the_quantized_layer():
+    calib, ev = _tokens(16, outlier=1.0), _tokens(8, seed=9, outlier=1.0)
+    ref = [run_ort(_ln_linear(), f)[0] for f in ev]
+    sqnr = {}
+    for alpha in (None, 0.5):
+        qm = qnnx.quantize(_ln_linear(), calib, QuantConfig(progress=False, smoothing_alpha=alpha))
+        sqnr[alpha] = _sqnr_db(ref, [run_ort(qm.qdq, f)[0] for f in ev])
+    assert sqnr[0.5] > sqnr[None] + 6, sqnr  # at least one more bit's worth
+
+
+def test_smoothing_reads_a_one_shot_iterator_once():
+    calib = _tokens(6)
+    qm = qnnx.quantize(_layer(), iter(calib), QuantConfig(progress=False))
+    assert qm.report.num_samples == 6
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.5, -0.5])
+def test_smoothing_alpha_is_validated(alpha):
+    with pytest.raises(QnnxError, match="smoothing_alpha"):
+        QuantConfig(smoothing_alpha=alpha)
