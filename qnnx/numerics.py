@@ -27,6 +27,12 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
                   and rounded once by the mode (twice for ``tflite``).
 ``"float"``       ``float32(x) * float32(m)`` in float32, then rounded by the
                   mode (the arithmetic of ORT's QLinear kernels).
+``"qdq"``         requantize and concat only: :func:`dequantize` then :func:`quantize`,
+                  ``round(float32(float32(x - zi) * si) / so)`` — what a DequantizeLinear ->
+                  QuantizeLinear pair computes. It differs from ``"float"`` where the two float32
+                  roundings and the one of ``si / so`` fall differently, e.g. at exact ties
+                  (255 quanta of 16/255 in 32/255 are 127.5: ``"float"`` multiplies by 0.5
+                  and gives 128, the pair divides 16.0 by float32(32/255) and gives 127).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ Rounding = Literal["tflite", "upward", "tonearest", "half_even"]
 Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
+REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq")
 
 MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
@@ -313,7 +320,8 @@ def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point
     """Move ``x`` from one affine space to another.
 
     ``y = clip(round((x - input_zero_point) * input_scale / output_scale) + output_zero_point)``
-    with ``round`` as ``compute``/``rounding`` define (module docstring).
+    with ``round`` as ``compute``/``rounding`` define (module docstring; ``compute`` may also be
+    ``"qdq"`` here).
     Every qparam may be per-axis, the output ones included. ``x - input_zero_point``
     saturates to int32, the accumulator width of every backend.
     """
@@ -327,7 +335,11 @@ def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point
     so = broadcast_param(check_scale(output_scale, "output_scale"), shape, axis, 0, "output_scale")
     zo = broadcast_param(check_zero_point(output_zero_point, dtype, "output_zero_point"), shape, axis, 0,
                          "output_zero_point")
-    r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute)
+    if compute == "qdq":  # literally dequantize (float32 product) then quantize (float32 quotient)
+        real = (as_int64(x) - zi).astype(np.float32) * si.astype(np.float32)
+        r = _float_to_int64(round_float(real / so.astype(np.float32), check_rounding(rounding)))
+    else:
+        r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute)
     return saturate(r + zo, dtype)
 
 

@@ -730,3 +730,28 @@ def test_errors_are_value_errors():
     assert issubclass(QnnxError, ValueError)
     with pytest.raises(ValueError):
         numerics.quantize(np.zeros(3, np.float32), np.float32(0))
+
+
+# --------------------------------------------------------------------------- requantize compute="qdq"
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+def test_requantize_qdq_is_dequantize_then_quantize(rounding):
+    rng = np.random.default_rng(61)
+    x = rng.integers(-128, 128, size=(3, 40)).astype(np.int8)
+    si, so = (rng.integers(1, 64, 3) / 255).astype(np.float32), (rng.integers(1, 64, 3) / 255).astype(np.float32)
+    zi, zo = rng.integers(-20, 20, 3), rng.integers(-20, 20, 3)
+    got = numerics.requantize(x, si, zi, so, zo, axis=0, rounding=rounding, out_dtype="int8", compute="qdq")
+    want = numerics.quantize(numerics.dequantize(x, si, zi, axis=0), so, zo, axis=0, out_dtype="int8",
+                             rounding=rounding)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_requantize_qdq_differs_from_float_at_an_exact_tie():
+    # 255 quanta of 16/255 into 32/255 is 127.5 in real numbers. Dequantized: float32 16.0; divided by
+    # float32(32/255), a little above 32/255: 127.49999 -> 127. The float multiplier is exactly 0.5: 128.
+    args = (np.array([255], np.uint8), np.float32(16 / 255), 0, np.float32(32 / 255), 0)
+    assert numerics.requantize(*args, rounding="half_even", out_dtype="uint8", compute="qdq")[0] == 127
+    assert numerics.requantize(*args, rounding="half_even", out_dtype="uint8", compute="float")[0] == 128
+    with pytest.raises(QnnxError, match="unknown compute 'qdq'"):
+        numerics.scale_and_round(np.array([1]), 0.5, rounding="half_even", compute="qdq")

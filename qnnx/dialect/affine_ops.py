@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from qnnx import numerics
-from qnnx.dialect.schema import (Attribute, Input, axis_attr, compute_attr, op, out_dtype_attr,
+from qnnx.dialect.schema import (Attribute, Input, axis_attr, op, out_dtype_attr, requantize_compute_attr,
                                  qparam_inputs, rounding_attr)
 
 _BLOCK = Attribute("block_size", int, 0, "blocked quantization: scale has the input's rank, "
@@ -37,7 +37,7 @@ def dequantize(x, scale, zero_point, *, axis, block_size):
     "Every qparam may be per-axis, the output ones included.",
     inputs=(Input("x", "integer tensor"), *qparam_inputs("input_", "x"), *qparam_inputs("output_", "y")),
     outputs=(Input("y", "integer tensor of `out_dtype`"),),
-    attributes=(axis_attr(), out_dtype_attr(), rounding_attr("tflite"), compute_attr()),
+    attributes=(axis_attr(), out_dtype_attr(), rounding_attr("tflite"), requantize_compute_attr()),
     types="x: int8/uint8/int16/uint16/int32 (and sub-byte); scales float; zero points int32")
 def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point, *, axis, out_dtype,
                rounding, compute):

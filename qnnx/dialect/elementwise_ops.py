@@ -8,6 +8,7 @@ import numpy as np
 
 from qnnx import numerics
 from qnnx.dialect.schema import (Attribute, Input, axis_attr, compute_attr, op, out_dtype_attr,
+                                 requantize_compute_attr,
                                  qparam_inputs, rounding_attr)
 from qnnx.dtypes import as_int64, int_type
 from qnnx.errors import QnnxError
@@ -65,7 +66,7 @@ def concat_output_qparams(y_scale, y_zero_point, sizes: list[int], along_concat_
     outputs=(Input("y", "integer tensor of `out_dtype`"),),
     attributes=(Attribute("axis", int, None, "concatenation axis", required=True),
                 Attribute("quant_axis", int, 1, "axis of per-axis qparams"),
-                out_dtype_attr(), rounding_attr("tflite"), compute_attr()),
+                out_dtype_attr(), rounding_attr("tflite"), requantize_compute_attr()),
     types="x_i: integer; scales float; zero points int32")
 def concat(y_scale, y_zero_point, *inputs, axis, quant_axis, out_dtype, rounding, compute):
     if not inputs or len(inputs) % 3:

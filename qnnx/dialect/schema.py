@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnx.errors import QnnxError
-from qnnx.numerics import COMPUTE_MODES, ROUNDING_MODES
+from qnnx.numerics import COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES
 
 DOMAIN = "qnnx"
 VERSION = 1
@@ -121,6 +121,12 @@ def rounding_attr(default: str) -> Attribute:
 
 def compute_attr() -> Attribute:
     return Attribute("compute", str, "fixed_point", "Q31 fixed point or float32 multiplier", COMPUTE_MODES)
+
+
+def requantize_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `qdq`: float32 "
+                     "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair)",
+                     REQUANTIZE_COMPUTE_MODES)
 
 
 def qparam_inputs(prefix: str, what: str) -> tuple[Input, Input]:

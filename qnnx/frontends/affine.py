@@ -68,8 +68,9 @@ def affine_type_of_dequantize(node: ir.Node, scale: np.ndarray, zero_point: np.n
 def requantize_to(b: Builder, src: Affine, target: AffineType) -> ir.Value:
     """``src`` moved into ``target``'s affine space; no node when the spaces are the same.
 
-    Float compute with half-even ties: the arithmetic of ONNX Runtime's QLinear kernels,
-    so a converted QDQ model reproduces what the runtime computes."""
+    Half-even ties, computed as the source runtime does: an int32 accumulator (conv, matmul) with
+    one float32 multiplier, the arithmetic of ONNX Runtime's QLinear kernels; an 8/16-bit value,
+    which the QDQ graph dequantizes and quantizes again, as exactly that (``compute="qdq"``)."""
     if src.type.same_as(target):
         return src.value
     axis = target.axis if target.axis is not None else src.type.axis
@@ -80,4 +81,5 @@ def requantize_to(b: Builder, src: Affine, target: AffineType) -> ir.Value:
                                b.const(target.scale, "out_scale"),
                                b.const(target.zero_point.astype(np.int32), "out_zero_point")],
                 domain=DOMAIN, axis=axis if axis is not None else 1, out_dtype=target.dtype.name,
-                rounding="half_even", compute="float", hint="requantize")
+                rounding="half_even", compute="float" if src.type.dtype.bits > 16 else "qdq",
+                hint="requantize")

@@ -408,7 +408,8 @@ def _concat(node, ctx):
     for i, x in enumerate(xs):
         inputs += [x.value, *_qparam_inputs(ctx, x.type, f"x{i}")]
     return [Affine(ctx.b.op("concat", inputs, domain=DOMAIN, axis=axis, out_dtype=out.dtype.name,
-                            **_FLOAT_ROUNDING), out)]
+                            rounding="half_even", compute="qdq"), out)]  # what the QDQ graph computes: each
+    # input dequantized, the concatenation quantized by the output's QuantizeLinear
 
 
 def _pool(node, ctx, op: str, **attrs):

@@ -111,7 +111,13 @@ def _requantize_value(b: Builder, x: ir.Value, in_dtype, si, zi, so, zo, out_dty
     si, so = _along(si, rank, axis, "input_scale"), _along(so, rank, axis, "output_scale")
     zi, zo = _along(zi, rank, axis, "input_zero_point"), _along(zo, rank, axis, "output_zero_point")
     centered = _sub_zero_point(b, x, zi.astype(np.int64))
-    r = la.scale_and_round(b, centered, numerics.requantize_multiplier(si, so), rounding=rounding, compute=compute)
+    if compute == "qdq":  # numerics.requantize: float32 dequantize, then float32 quantize
+        real = b.op("Mul", [la.to_f32(b, centered), la.f32(b, si, "input_scale")], hint="dequantized")
+        q = b.op("Div", [real, la.f32(b, so, "output_scale")], hint="quotient")
+        r = la.float_to_i64(b, la.round_float(b, q, rounding))
+    else:
+        r = la.scale_and_round(b, centered, numerics.requantize_multiplier(si, so), rounding=rounding,
+                               compute=compute)
     return _add_zero_point_and_cast(b, r, zo.astype(np.int64), out_dtype)
 
 

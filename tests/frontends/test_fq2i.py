@@ -797,16 +797,29 @@ def test_concat_equal_types_is_plain_concat(rng):
 
 
 def test_concat_different_types(rng):
-    # Inputs with other qparams (and dtypes): qnnx.concat requantizes each into the output's type.
-    # At most 1 LSB: ORT computes dequantize -> concat -> quantize in float (two roundings per value)
-    # where the requantize rounds once.
+    # Inputs with other qparams (and dtypes): qnnx.concat requantizes each into the output's type with
+    # compute="qdq", float32 dequantize then float32 quantize, as the QDQ graph does: bit-exact.
     g = QDQ()
     a = g.dequantize(g.input("a", U8, (2, 2, 5)), 0.03, U8(128))
     b = g.dequantize(g.input("b", I8, (2, 3, 5)), 0.05, I8(-3))
     c = g.dequantize(g.input("c", U8, (2, 1, 5)), 0.04, U8(100))
     m = g.model(g.quantize(g.node("Concat", [a, b, c], axis=1), 0.04, U8(100)))
     feeds = {"a": ints(rng, U8, (2, 2, 5)), "b": ints(rng, I8, (2, 3, 5)), "c": ints(rng, U8, (2, 1, 5))}
-    compare_fq_to_int(m, feeds, ops=["qnnx.concat"], gone=["Concat"], lsb=1)
+    compare_fq_to_int(m, feeds, ops=["qnnx.concat"], gone=["Concat"], lsb=0)
+
+
+def test_concat_at_exact_ties_follows_the_qdq_graph():
+    # YOLOv8's stride tensor as ORT quantizes it: strides 8/16/32 at 255 quanta of 8/255, 16/255, 32/255,
+    # concatenated into 32/255. 16 -> 127.5 quanta exactly in real numbers; the QDQ graph dequantizes to
+    # float32 16.0 and divides by float32(32/255), a little above 32/255: 127.49999 -> 127. One float32
+    # multiplier (exactly 0.5) gives 128. compute="qdq" reproduces ORT bit for bit (fused and not).
+    g = QDQ()
+    parts = [g.dequantize(g.input(f"s{k}", U8, (1, 4)), k / 255, U8(0)) for k in (8, 16, 32)]
+    m = g.model(g.quantize(g.node("Concat", parts, axis=1), 32 / 255, U8(0)))
+    feeds = {f"s{k}": np.array([[255, 254, 1, 0]], U8) for k in (8, 16, 32)}
+    converted, _, got = compare_fq_to_int(m, feeds, ops=["qnnx.concat"], gone=["Concat"])
+    assert got[0][0, 4] == 127
+    assert lsb_diff(got[0], run_ort(m, feeds, optimize=False)[0]) == 0
 
 
 def test_concat_negative_per_axis_inputs(rng):
@@ -889,12 +902,14 @@ def test_softmax_opset12_non_last_axis_converts_after_opset_conversion(rng):
 
 
 def test_dequantize_quantize_other_qparams_is_one_requantize(rng):
-    # At most 1 LSB: float dequantize then quantize rounds twice, the requantize once.
+    # Bit-exact: the requantize computes what the pair does (compute="qdq": float32 dequantize, then
+    # float32 quantize).
     g = QDQ()
     x = g.dequantize(g.input("x", I8, (4, 30)), 0.037, I8(-9))
     m = g.model(g.quantize(x, 0.05, U8(131)))
-    converted, _, _ = compare_fq_to_int(m, {"x": ints(rng, I8, (4, 30))}, ops=["qnnx.requantize"], lsb=1)
+    converted, _, _ = compare_fq_to_int(m, {"x": ints(rng, I8, (4, 30))}, ops=["qnnx.requantize"])
     assert op_types(converted) == ["qnnx.requantize", "Identity"]
+    assert next(n for n in converted.graph if n.op_type == "requantize").attributes["compute"].value == "qdq"
 
 
 def test_dequantize_quantize_identical_qparams_disappears(rng):

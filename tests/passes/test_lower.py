@@ -353,3 +353,32 @@ def test_layer_norm_dynamic_dims(op, shape):
             else:
                 d.dim_value = v
     _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.uint8, "int8"), (np.int8, "uint8"), (np.int16, "int8")])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_requantize_qdq(rounding, in_dtype, out_dtype, per_axis):
+    """compute="qdq" (float32 dequantize then quantize), with exact ties among the cases: scales k/255."""
+    rng = np.random.default_rng(47)
+    x = _rand_int(rng, in_dtype, (2, 5, 7))
+    n = 5 if per_axis else 1
+    si = (rng.integers(1, 64, n) / 255).astype(np.float32)
+    so = (rng.integers(1, 64, n) / 255).astype(np.float32)
+    consts = dict(si=si, zi=_zps(rng, in_dtype, n), so=so, zo=_zps(rng, np.dtype(out_dtype).type, n))
+    if not per_axis:
+        consts = {k: v.reshape(()) for k, v in consts.items()}
+    m = _model("requantize", {"x": x}, consts, ["x", "si", "zi", "so", "zo"],
+               dict(axis=1, out_dtype=out_dtype, rounding=rounding, compute="qdq"))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+def test_concat_qdq(rounding):
+    rng = np.random.default_rng(53)
+    x0, x1 = _rand_int(rng, np.int8, (1, 3, 4, 4)), _rand_int(rng, np.uint8, (1, 2, 4, 4))
+    consts = dict(ys=np.float32(32 / 255), yz=np.int32(3), s0=np.float32(16 / 255), z0=np.int32(0),
+                  s1=np.float32(8 / 255), z1=np.int32(128))
+    m = _model("concat", {"x0": x0, "x1": x1}, consts, ["ys", "yz", "x0", "s0", "z0", "x1", "s1", "z1"],
+               dict(axis=1, out_dtype="int8", rounding=rounding, compute="qdq"))
+    _compare(m, {"x0": x0, "x1": x1})
