@@ -18,7 +18,8 @@ Built-ins:
     ConvTranspose(x, W[, b]) [-> Relu | Clip] W per-channel on axis 1
     MatMul(x, W) [-> Add(b)] / Gemm(x, W[, b]) W: per-column, b: int32 in the accumulator; act x act MatMul too
     erf GELU (x/sqrt2 -> Erf -> +1 -> *x -> *0.5) input and output, like Gelu (one table once integer)
-    Add / Sub / Mul (residuals included)      both inputs and the output
+    Mul / Div by a positive scalar constant   a type change: the input's integers, scale times the factor
+    Add / Sub / Mul (residuals included)      both inputs and the output [-> Relu | Clip]
     AveragePool / GlobalAveragePool, Concat   inputs and output
     Sigmoid, HardSigmoid, HardSwish, Tanh,
     LeakyRelu, Exp, Erf, Gelu, Elu, Softplus  input and output (a lookup table once integer)
@@ -45,6 +46,9 @@ class Target:
     role: str  # "activation" | "weight" | "constant"
     axis: int | None = None
     fixed_range: tuple[float, float] | None = None  # known output range (softmax), no observation
+    # Output = source * factor with factor > 0 (Mul/Div by a positive constant): the same integers under
+    # a scale multiplied by ``factor``, so no observation and no requantization (a pure type change).
+    scaled_from: tuple[ir.Value, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,14 @@ class _AllActivationsPattern(Pattern):
         return PatternMatch(self.name, (node,), tuple(targets), (_activation(node.outputs[0]),))
 
 
+def _positive_scalar(v: ir.Value | None) -> float | None:
+    c = const_array(v) if v is not None else None
+    if c is None or c.size != 1 or not np.issubdtype(c.dtype, np.floating):
+        return None
+    c = float(c.reshape(()))
+    return c if np.isfinite(c) and c > 0 else None
+
+
 _SQRT2 = float(np.sqrt(2.0))
 
 
@@ -309,10 +321,47 @@ class GeluPattern(Pattern):
         return PatternMatch(self.name, nodes, (_activation(x),), (_activation(out),))
 
 
+@register_pattern  # registered before "binary" so Mul by a positive constant is a type change, not a QLinearMul
+class ScalePattern(Pattern):
+    """``x * c`` or ``x / c`` with a positive scalar constant ``c``: the output is the input's integers
+    with scale ``s * c`` (``s / c``). Realized as a DequantizeLinear with the scaled scale and no float op
+    (hard-swish's ``/ 6`` costs a DequantizeLinear, a float Div and a QuantizeLinear otherwise)."""
+
+    name = "scale"
+    anchors = ("Mul", "Div")
+
+    def match(self, node):
+        x, c = node.inputs[0], node.inputs[1]
+        factor = _positive_scalar(c)
+        if factor is None and node.op_type == "Mul":
+            x, c = c, x
+            factor = _positive_scalar(c)
+        if factor is None:
+            return MatchFail("no positive scalar constant operand")
+        if not _is_float_activation(x):
+            return MatchFail("the other operand is not a float activation")
+        rank = const_array(c).ndim
+        if rank > 1 and (x.shape is None or rank > len(x.shape)):
+            return MatchFail("the constant broadcasts the activation to another shape")
+        if node.op_type == "Div":
+            factor = 1.0 / factor
+        return PatternMatch(self.name, (node,), (_activation(x),),
+                            (Target(node.outputs[0], "activation", scaled_from=(x, factor)),))
+
+
 @register_pattern
 class BinaryPattern(_AllActivationsPattern):
     name = "binary"
     anchors = ("Add", "Sub", "Mul")
+
+    def match(self, node):
+        m = super().match(node)
+        act = _fused_activation(node.outputs[0]) if isinstance(m, PatternMatch) else None
+        if act is None:
+            return m
+        # Quantize after the Relu/Clip: ONNX Runtime then drops the activation into the QuantizeLinear's
+        # range and fuses QLinearAdd/QLinearMul, as it does for Conv.
+        return PatternMatch(m.pattern, (node, act), m.inputs, (_activation(act.outputs[0]),))
 
 
 @register_pattern

@@ -128,8 +128,9 @@ def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
     """Map each quantized activation to the value whose qparams it reuses (itself, or the source of
     a data-movement chain that is itself quantized)."""
     targets = {t.value for m in matches for t in (*m.inputs, *m.outputs) if t.role == "activation"
-               and t.fixed_range is None}
-    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None}
+               and t.fixed_range is None and t.scaled_from is None}
+    # Outputs whose qparams are known without observation (softmax's [0, 1], a scaled input's).
+    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None or t.scaled_from is not None}
     groups = {}
     for v in targets:
         root, cur = v, v
@@ -241,6 +242,25 @@ def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
     return qparams_from_range(lo, hi, config.activation_dtype, symmetric=False)
 
 
+def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) -> dict[str, QParams]:
+    """QParams of every quantized activation by value name: observed roots, fixed ranges, and outputs
+    scaled from their input (in plan order, so a scaled value may itself be the source of another)."""
+    roots = dict(root_qparams)
+    for m in the_plan.matches:
+        for t in m.outputs:
+            if t.fixed_range is not None:
+                roots[t.value] = fixed_qparams(t, config)
+            elif t.scaled_from is not None:
+                source, factor = t.scaled_from
+                qp = roots[the_plan.groups.get(source, source)]
+                roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
+                                         qp.dtype, qp.axis)
+    out = {v.name: roots[r] for v, r in the_plan.groups.items()}
+    out.update({t.value.name: roots[t.value] for m in the_plan.matches for t in m.outputs
+                if t.fixed_range is not None or t.scaled_from is not None})
+    return out
+
+
 # --------------------------------------------------------------------------- fallback
 
 
@@ -335,9 +355,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         raise QnnxError("propagate_error reads the calibration data twice: give a directory or a list, "
                         "not a one-shot iterator")
     root_qparams, n, seconds, kept, observers = calibrate(float_model, the_plan, calibration, config)
-    fixed = {t.value.name: fixed_qparams(t, config) for m in the_plan.matches for t in m.outputs
-             if t.fixed_range is not None}
-    act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()} | fixed
+    act_qparams = activation_qparams(the_plan, root_qparams, config)
     qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     if config.propagate_error:
         # Same value names in the QDQ model: each activation now carries the quantization error of
@@ -346,7 +364,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         # replacing the first pass moved some ranges 2x either way and cost PP-OCR rec 30 points.
         root_qparams, _, seconds2, _, _ = calibrate(qdq, the_plan, calibration, config, observers)
         seconds += seconds2
-        act_qparams = {v.name: root_qparams[r] for v, r in the_plan.groups.items()} | fixed
+        act_qparams = activation_qparams(the_plan, root_qparams, config)
         qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     report = QuantReport(the_plan.decisions, seconds, n)
     if config.sqnr_threshold_db is not None:

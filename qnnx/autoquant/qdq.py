@@ -83,6 +83,57 @@ def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarra
     node.replace_input_with(index, dq)
 
 
+def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
+    """``DQ(x_q) -> Mul/Div(c) -> Q -> DQ`` becomes ``DQ(x_q, scale * factor)``: the same integers,
+    reinterpreted, so no float op, no requantization and nothing for a runtime to leave unfused."""
+    dq_x = next((v.producer() for v in node.inputs if v is not None and v.producer() is not None
+                 and v.producer().op_type == "DequantizeLinear"), None)
+    y = node.outputs[0]
+    q_y = next((u.node for u in y.uses() if u.node.op_type == "QuantizeLinear"), None)
+    dq_y = next((u.node for u in q_y.outputs[0].uses()), None) if q_y is not None else None
+    if dq_x is None or dq_y is None or len(q_y.outputs[0].uses()) != 1:
+        raise AssertionError(f"scale pattern at {node.name!r} was not realized as DQ -> op -> Q -> DQ")
+    b = Builder(graph, node.name)
+    scale = b.const(np.asarray(qp.scale, np.float32), "scaled_scale")
+    axis = {"axis": qp.axis} if qp.axis is not None else {}
+    out = b.op("DequantizeLinear", [dq_x.inputs[0], scale, dq_x.inputs[2]], hint="DequantizeLinear", **axis)
+    out.type, out.shape = dq_y.outputs[0].type, dq_y.outputs[0].shape
+    graph.insert_after(node, b.nodes)
+    old = dq_y.outputs[0]
+    ir.convenience.replace_all_uses_with(old, out)
+    ir.convenience.replace_all_uses_with(y, out)  # float readers of y (none but the Q in practice)
+    if old.is_graph_output():
+        idx = list(graph.outputs).index(old)
+        name = old.name
+        old.name = f"{name}_replaced"
+        out.name = name
+        graph.outputs[idx] = out
+    for n in (dq_y, q_y, node):
+        graph.remove(n, safe=True)
+    if not dq_x.outputs[0].uses() and not dq_x.outputs[0].is_graph_output():
+        graph.remove(dq_x, safe=True)  # runtimes do not always drop dead nodes (ORT 1.31 runs them)
+
+
+# The int32 bias must leave the accumulator headroom: |bias / (x_scale * w_scale)| <= 2**30.
+BIAS_LIMIT = float(2**30)
+
+
+def _fit_bias(w_qp: QParams, bias: np.ndarray, x_scale) -> QParams:
+    """Raise weight scales where the bias would not fit int32 at ``x_scale * w_scale`` (a near-dead
+    channel has a tiny weight scale but may keep a large bias from BatchNorm or a folded affine op;
+    clipping that bias to int32 ruined those channels outright). Coarser weights there cost little:
+    such channels are close to constant anyway."""
+    need = (np.abs(bias.reshape(-1)) / (np.float64(x_scale) * BIAS_LIMIT)).astype(np.float32)
+    scale = np.asarray(w_qp.scale, np.float32)
+    if scale.ndim == 0:
+        need = np.float32(need.max(initial=0.0))
+    elif need.shape != scale.shape:
+        return w_qp
+    if np.all(need <= scale):
+        return w_qp
+    return QParams(np.maximum(scale, need), w_qp.zero_point, w_qp.dtype, w_qp.axis)
+
+
 def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool) -> QParams:
     obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis))
     obs.observe(np.asarray(w, np.float32))
@@ -121,6 +172,8 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
             if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
                 qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
+                if match.bias is not None and x_qp is not None:
+                    qp = _fit_bias(qp, np.asarray(const_array(values[match.bias.name]), np.float32), x_qp.scale)
                 w_qp = qp
             else:  # a constant operand of an elementwise op: the activation type, from its own range
                 axis = None
@@ -144,6 +197,9 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
             if t.value.name not in done:
                 _insert_qdq(graph, values[t.value.name], value_qparams[t.value.name])
                 done.add(t.value.name)
+    for match in plan.matches:
+        if match.pattern == "scale":
+            _fold_scale(graph, nodes[match.nodes[0].name], value_qparams[match.outputs[0].value.name])
     for name, init in list(graph.initializers.items()):  # the float weights the int8 copies replaced
         if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
             graph.initializers.pop(name)
