@@ -3,7 +3,8 @@
     python bench/run.py                      # all tasks, writes bench/out/results.json + markdown table
     python bench/run.py --tasks ppocr_cls --calib 32 --eval 64 --markdown docs/benchmarks.md
 
-For each task (bench/tasks.py: rendered OCR data with ground truth, synthetic YOLO scenes):
+For each task (bench/tasks.py: rendered OCR data with ground truth, synthetic YOLO scenes,
+generated sentences for the all-MiniLM-L6-v2 embedding model, ``--tasks minilm``):
 the task metric for fp32, ORT-quantized (QDQ, MinMax, u8 activations / s8 weights, its
 defaults) and qnnx-quantized (QuantConfig defaults) models on the same evaluation samples,
 agreement with fp32, median single-thread and two-thread latency on ONNX Runtime (all three
