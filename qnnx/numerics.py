@@ -546,7 +546,7 @@ def variance(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1,
     squares; ``n`` elements), ``var = float64(V) * variance_multiplier(x_scale, n)``, then
     ``y = saturate(round(var / float64(y_scale)) + y_zero_point)`` (IEEE double, one rounding per step).
     """
-    c, n, s1, s2 = _normalized_moments(x, x_zero_point, axis, "variance")
+    _, n, s1, s2 = _normalized_moments(x, x_zero_point, axis, "variance")
     _per_tensor_scale(x_scale, "x_scale")
     if np.asarray(y_scale).size != 1:
         raise QnnxError("variance needs a per-tensor y_scale")

@@ -14,8 +14,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-
 from conftest import ROUNDING_MODES, ref_round
+
 from qnnx import QnnxError, numerics
 
 getcontext().prec = 60
@@ -34,7 +34,7 @@ def _round_double(v: float, mode: str) -> int:
 
 def literal_layer_norm(q, sx, zx, sy, zy, lo, hi, gamma=None, beta=None, eps=1e-5, axis=-1, mode="half_even"):
     """The docstring of numerics.layer_norm, transcribed: Python ints, then Python floats (IEEE double)."""
-    lead, rows = _rows(q, axis)
+    _, rows = _rows(q, axis)
     sx, sy = float(np.float32(sx)), float(np.float32(sy))
     g = None if gamma is None else np.broadcast_to(gamma, q.shape[axis % q.ndim:]).ravel().astype(float)
     bt = None if beta is None else np.broadcast_to(beta, q.shape[axis % q.ndim:]).ravel().astype(float)
@@ -100,7 +100,7 @@ def test_layer_norm_is_the_documented_steps(mode, case, affine):
 
 @pytest.mark.parametrize("case", CASES)
 def test_layer_norm_is_the_real_layer_norm_rounded(case):
-    dtype, out_dtype, shape, axis, zx = case
+    dtype, _, shape, axis, zx = case
     rng = np.random.default_rng(3)
     info = np.iinfo(dtype)
     q = rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype)

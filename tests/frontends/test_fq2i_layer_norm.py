@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import qnnx
 from qnnx.frontends import convert_qdq
-from test_fq2i import I8, U8, QDQ, assert_left_in_float, compare_fq_to_int, ints, op_types
+from test_fq2i import (I8, QDQ, U8, assert_left_in_float, compare_fq_to_int, ints, lsb_diff, op_types, run_ort,
+                       run_ref)
 
 SHAPE = (2, 6, 32)
 FLOAT_CHAIN = ["ReduceMean", "Sub", "Pow", "Sqrt", "Div"]
@@ -108,9 +110,6 @@ def test_onnxruntime_form_with_quantized_variance(dtype, rng):
     for op in ("qnnx.variance", "qnnx.layer_norm", "qnnx.mul", "qnnx.add"):
         assert op in types, types
     assert not {"ReduceMean", "Sqrt", "Div", "Pow", "Sub"} & set(types)
-    from test_fq2i import lsb_diff, run_ort, run_ref
-
-    import qnnx
     got = run_ref(converted, {"x": x})[0]
     assert lsb_diff(run_ort(qnnx.lower(converted), {"x": x})[0], got) == 0
     for expected in (run_ort(m, {"x": x}, optimize=False)[0], run_ref(m, {"x": x})[0]):
@@ -197,8 +196,7 @@ def test_negative_output_not_quantized():
     g = QDQ()
     x = g.dequantize(g.input("x", U8, SHAPE), 0.05, U8(128))
     _, _, y = _chain(g, x)
-    g.model(float_outputs=[y])
-    converted, report = convert_qdq(g.model(float_outputs=[y]))
+    converted, _ = convert_qdq(g.model(float_outputs=[y]))
     assert "ReduceMean" in op_types(converted) and "qnnx.layer_norm" not in op_types(converted)
 
 

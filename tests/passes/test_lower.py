@@ -287,7 +287,7 @@ def test_layer_norm(rounding, case, affine):
     x = _rand_int(rng, xdtype, shape)
     x[0, ...] = _rand_int(rng, xdtype, shape[1:]) // 8  # narrow rows: small variances
     x.reshape(-1, shape[-1])[1] = x.reshape(-1, shape[-1])[1, 0]  # a constant row
-    norm = shape[axis:] if axis < 0 else shape[axis:]
+    norm = shape[axis:]
     last = shape[-1]
     out_np = np.dtype(out_dtype).type
     consts = dict(xs=np.float32(0.0004 if xdtype == np.int16 else 0.05),
