@@ -28,7 +28,7 @@ import onnxruntime as ort
 from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
-from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, patterns_for
+from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, patterns_for
 from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
@@ -339,6 +339,40 @@ class QuantizedModel:
         return save_model(model, path)
 
 
+def _concat_inputs_take_output_qparams(the_plan: Plan, act_qparams: dict) -> None:
+    """A Concat input that feeds only the Concat (and is its own qparams root) is quantized with the
+    Concat output's qparams: the output range covers it, so it is never clipped where calibration
+    happened not to reach (YOLOv8n's class logits never went positive on calibration scenes and
+    every score above 0.5 was clipped to 0.5), and the runtime's concat needs no requantization."""
+    for m in reversed(the_plan.matches):
+        if m.pattern != "concat":
+            continue
+        out = act_qparams.get(m.outputs[0].value.name)
+        for t in m.inputs:
+            v = t.value
+            if (t.role == "activation" and out is not None and len(v.uses()) == 1 and not v.is_graph_output()
+                    and the_plan.groups.get(v, v) is v and v.name in act_qparams):
+                act_qparams[v.name] = out
+
+
+def _checked(the_plan: Plan, act_qparams: dict) -> Plan:
+    """Drop the matches whose pattern rejects the calibrated qparams (recorded as float, with why)."""
+    by_name = {p.name: p for p in PATTERNS}
+    by_anchor = {d.node: d for d in the_plan.decisions}
+    keep = []
+    for m in the_plan.matches:
+        fail = by_name[m.pattern].check(m, act_qparams) if m.pattern in by_name else None
+        if fail is None:
+            keep.append(m)
+            continue
+        d = by_anchor.get(_nearest_value(m.nodes[0]))
+        if d is not None:
+            d.quantized, d.reason = False, f"{m.pattern}: {fail.reason}"
+    if len(keep) == len(the_plan.matches):
+        return the_plan
+    return Plan(keep, _share_groups(keep), the_plan.decisions)
+
+
 def quantize(model, calibration, config: QuantConfig | None = None) -> QuantizedModel:
     """Quantize a float model with representative ``calibration`` samples (no labels):
     a directory of .npy/.npz files, an :class:`~qnnx.autoquant.images.ImageFolder` (image files with
@@ -356,6 +390,8 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
                         "not a one-shot iterator")
     root_qparams, n, seconds, kept, observers = calibrate(float_model, the_plan, calibration, config)
     act_qparams = activation_qparams(the_plan, root_qparams, config)
+    the_plan = _checked(the_plan, act_qparams)
+    _concat_inputs_take_output_qparams(the_plan, act_qparams)
     qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     if config.propagate_error:
         # Same value names in the QDQ model: each activation now carries the quantization error of

@@ -4,6 +4,8 @@
   converter — at the load boundary, before any pass;
 - constant folding and Constant nodes -> initializers (onnxscript's optimizer);
 - BatchNormalization folded into Conv / ConvTranspose / Gemm (onnxscript rewrite rules);
+- ``MatMul(x, W) -> Add(b)`` on 2-D x with constant W and vector b fused into ``Gemm`` (one integer
+  op with an int32 bias, instead of a matmul and an add each requantizing);
 - per-output-channel affine ops after a Conv (``Mul`` / ``Add`` by a constant: bias adds, Paddle's
   learnable affine blocks) folded into its weights and bias, so they cost no integer op at all;
 - ONNX shape inference, non-strict, so dynamic batch/height/width never stop it.
@@ -50,6 +52,7 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
     except Exception:  # best effort: rules that need a shape say so
         pass
     fold_affine_into_conv(m.graph)
+    fuse_matmul_add_into_gemm(m.graph)
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
     return m
@@ -147,7 +150,51 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
             graph.remove(nxt, safe=True)
             folded += 1
             changed = True
+    _drop_unused_initializers(graph)
+    return folded
+
+
+def _drop_unused_initializers(graph: ir.Graph) -> None:
     for name, init in list(graph.initializers.items()):
         if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
             graph.initializers.pop(name)
-    return folded
+
+
+def fuse_matmul_add_into_gemm(graph: ir.Graph) -> int:
+    """``MatMul(x, W) -> Add(b)`` -> ``Gemm(x, W, b)`` when x is 2-D, W a constant matrix and b a
+    constant vector over W's columns (or a scalar). Returns #fused."""
+    fused = 0
+    for mm in list(graph):
+        if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
+            continue
+        x, w_v = mm.inputs
+        w = const_array(w_v)
+        out = mm.outputs[0]
+        uses = list(out.uses())
+        if (w is None or w.ndim != 2 or x.shape is None or len(x.shape) != 2 or len(uses) != 1
+                or out.is_graph_output()):
+            continue
+        add = uses[0].node
+        b = const_array(add.inputs[1 - uses[0].idx]) if add.op_type == "Add" else None
+        if b is None or add.domain not in ("", "ai.onnx") or not np.issubdtype(b.dtype, np.floating):
+            continue
+        if b.size not in (1, w.shape[1]) or (b.ndim == 2 and b.shape[0] != 1) or b.ndim > 2:
+            continue
+        builder = Builder(graph, mm.name or "MatMul")
+        bias = builder.const(np.broadcast_to(b.reshape(-1), (w.shape[1],)).astype(np.float32), "gemm_bias")
+        gemm = ir.Node("", "Gemm", [x, w_v, bias], name=mm.name, num_outputs=1)
+        gemm.outputs[0].name = add.outputs[0].name + "_gemm"
+        gemm.outputs[0].type, gemm.outputs[0].shape = add.outputs[0].type, add.outputs[0].shape
+        graph.insert_before(mm, gemm)
+        result = add.outputs[0]
+        if result.is_graph_output():  # the output keeps its name, now on the Gemm
+            idx = list(graph.outputs).index(result)
+            name = result.name
+            result.name = name + "_unfused"
+            gemm.outputs[0].name = name
+            graph.outputs[idx] = gemm.outputs[0]
+        ir.convenience.replace_all_uses_with(result, gemm.outputs[0])
+        graph.remove([add, mm], safe=True)
+        fused += 1
+    _drop_unused_initializers(graph)
+    return fused

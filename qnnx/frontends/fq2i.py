@@ -106,7 +106,11 @@ class Context:
         types = []
         for u in users:
             t = _quantize_type(u)
-            if t is None and u.op_type in _PASS_THROUGH and len(u.outputs) == 1 and u.inputs[0] is v:
+            # A Relu/Clip between an op and its quantize passes the type through too: quantize is monotonic,
+            # so quantize(clip(v)) == integer clip of quantize(v) to the quantized bounds, exactly (the
+            # Relu/Clip rule then clamps in integers). ORT's and qnnx's QDQ put activations there.
+            passes = u.op_type in _PASS_THROUGH or (u.op_type in ("Relu", "Clip") and u.domain in ("", "ai.onnx"))
+            if t is None and passes and len(u.outputs) == 1 and u.inputs[0] is v:
                 inner = self._quantize_types(u.outputs[0], depth + 1)
                 if not inner:
                     return []

@@ -631,3 +631,46 @@ def test_bias_that_would_overflow_int32_raises_the_weight_scale_of_its_channel()
     x = samples(1, seed=5)[0]
     want, got = run_ort(model, {"x": x})[0], run_ort(qdq, {"x": x})[0]
     np.testing.assert_allclose(got[0, 1], want[0, 1], atol=0.05)  # the dead channel keeps its bias of 5
+
+
+def _two_branch_concat(small: float):
+    """Two conv branches concatenated on channels; the second's values are ``small`` times the first's."""
+    rng = np.random.default_rng(6)
+    g = Graph()
+    x = g.input("x", [1, 3, 8, 8])
+    a = g.node("Conv", [x, g.const(conv_weight(rng, 4, 3), "wa")], name="conv_a", pads=[1, 1, 1, 1], out="a")
+    b = g.node("Conv", [x, g.const(conv_weight(rng, 4, 3) * small, "wb")], name="conv_b", pads=[1, 1, 1, 1],
+               out="b")
+    c = g.node("Concat", [a, b], name="cat", axis=1, out="c")
+    g.node("Conv", [c, g.const(conv_weight(rng, 2, 8), "wc")], name="conv_c", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
+def test_concat_inputs_feeding_only_the_concat_share_its_output_qparams():
+    qdq = _quantize(_two_branch_concat(0.5), samples(8)).qdq
+    out_qp = qparams_of(qdq_of(qdq, "c")[0])
+    for v in ("a", "b"):
+        np.testing.assert_array_equal(qparams_of(qdq_of(qdq, v)[0]), out_qp)
+
+
+def test_concat_of_ranges_far_apart_stays_float_and_says_why():
+    qm = _quantize(_two_branch_concat(1e-3), samples(8))
+    d = [d for d in qm.report.decisions if d.node == "cat"][0]
+    assert not d.quantized and "smaller range than the output" in d.reason
+    # Its inputs keep their own qparams (nothing shared), so the small branch keeps its resolution.
+    assert qparams_of(qdq_of(qm.qdq, "b")[0])[0] < qparams_of(qdq_of(qm.qdq, "a")[0])[0] / 100
+    x = samples(1, seed=2)[0]
+    want, got = run_ort(_two_branch_concat(1e-3), {"x": x})[0], run_ort(qm.qdq, {"x": x})[0]
+    assert _cosine(want, got) > 0.99
+
+
+def test_bounded_elementwise_outputs_get_their_whole_range():
+    g = Graph()
+    s = g.node("Sigmoid", [g.input("x", [1, 16])], name="sig", out="s")
+    g.node("Tanh", [s], name="tanh", out="y")
+    small = [x * 0.01 for x in samples(8, shape=(1, 16))]  # sigmoid near 0.5, tanh near 0.46: narrow ranges
+    qdq = _quantize(g.model("y"), small).qdq
+    s_scale, s_zp = qparams_of(qdq_of(qdq, "s")[0])
+    assert s_scale == np.float32(1 / 255) and s_zp == 0
+    y_scale, _ = qparams_of(qdq_of(qdq, "y_float")[0])  # a graph output keeps its name on the dequantized value
+    assert y_scale == pytest.approx(2 / 255, rel=1e-6)

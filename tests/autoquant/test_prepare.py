@@ -209,3 +209,23 @@ def test_affine_ops_that_are_not_per_output_channel_stay(case):
     p = prepare(model)
     assert "Mul" in _ops(p)
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)})
+
+
+def test_matmul_with_a_bias_add_on_2d_input_becomes_gemm():
+    g = Graph()
+    mm = g.node("MatMul", [g.input("x", [2, 8]), g.const(RNG.standard_normal((8, 3)).astype(np.float32), "w")],
+                name="mm")
+    g.node("Add", [mm, g.const(RNG.standard_normal(3).astype(np.float32), "b")], name="bias", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert _ops(p) == ["Gemm"] and [v.name for v in p.graph.outputs] == ["y"]
+    assert "b" not in p.graph.initializers  # the float bias moved into a Gemm bias, nothing left unused
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((2, 8)).astype(np.float32)})
+
+
+def test_matmul_on_3d_input_keeps_its_add():
+    g = Graph()
+    mm = g.node("MatMul", [g.input("x", [1, 2, 8]), g.const(RNG.standard_normal((8, 3)).astype(np.float32), "w")],
+                name="mm")
+    g.node("Add", [mm, g.const(RNG.standard_normal(3).astype(np.float32), "b")], name="bias", out="y")
+    assert _ops(prepare(g.model("y"))) == ["MatMul", "Add"]

@@ -100,8 +100,6 @@ def test_cli_quantize_from_qdq_lower_on_the_real_classifier(real_classifier, tmp
 
 
 @pytest.mark.realmodel
-@pytest.mark.xfail(strict=True, reason="hard-swish's Add+Clip inside one quantized pattern has no integer rule in "
-                                       "from_qdq yet: 36 ops stay float, so --strict refuses")
 def test_cli_from_qdq_strict_on_the_real_classifier(real_classifier, tmp_path, capsys):
     _, _, qdq = real_classifier
     assert main(["from-qdq", str(qdq), "-o", str(tmp_path / "c.onnx"), "--strict"]) == 0

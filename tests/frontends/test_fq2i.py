@@ -1040,3 +1040,30 @@ def test_whole_model_quantized_by_onnxruntime(per_channel, activation, tmp_path)
         assert np.abs(run_ort(lowered, feeds)[0] - expected).max() == 0
         outputs.append(got)
     assert len(np.unique(np.concatenate(outputs))) > 20  # not a degenerate output
+
+
+def test_add_then_relu_or_clip_before_one_quantize_is_an_integer_add_and_clamp():
+    """ORT's and qnnx's QDQ quantize after the activation: quantize(clip(a + b)) equals the integer
+    clamp of quantize(a + b) to the quantized bounds (quantize is monotonic), so no float op stays."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    s, z = np.float32(0.05), np.uint8(128)
+    inits = [numpy_helper.from_array(np.array(s), "s"), numpy_helper.from_array(np.array(z), "z"),
+             numpy_helper.from_array(np.array(0.04, np.float32), "so"), numpy_helper.from_array(np.array(0, np.uint8), "zo"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s", "z"], ["fa"]),
+             helper.make_node("DequantizeLinear", ["b", "s", "z"], ["fb"]),
+             helper.make_node("Add", ["fa", "fb"], ["sum"], name="add"),
+             helper.make_node("Clip", ["sum", "lo", "hi"], ["c"], name="clip"),
+             helper.make_node("QuantizeLinear", ["c", "so", "zo"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.UINT8, [1, 64]) for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 64])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    canonical = qnnx.from_qdq(model, strict=True)
+    assert {n.op_type for n in canonical.graph.node} <= {"add", "Clip", "Max", "Min", "requantize", "Cast"}
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.integers(0, 256, (1, 64)).astype(np.uint8) for n in "ab"}
+    want = onnx.reference.ReferenceEvaluator(model).run(None, feeds)[0].astype(int)
+    got = qnnx.ReferenceEvaluator(canonical).run(None, feeds)[0].astype(int)
+    assert np.abs(got - want).max() <= 1  # the integer add rounds once (fixed point), the float graph twice
