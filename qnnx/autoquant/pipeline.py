@@ -99,6 +99,10 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             kept_inputs = tuple(t for t in m.inputs if not _from_excluded(t.value, excluded_nodes, config))
             if len(kept_inputs) != len(m.inputs):
                 m = PatternMatch(m.pattern, m.nodes, kept_inputs, m.outputs, m.bias)
+            kept = {t.value for t in kept_inputs}
+            if any(t.scaled_from is not None and t.scaled_from[0] not in kept for t in m.outputs):
+                reasons.append(f"{m.pattern}: its input comes from a float (excluded) node, nothing to rescale")
+                continue
             claimed.update(m.nodes)
             matches.append(m)
             decisions.append(Decision(name, node.op_type, True, f"pattern {m.pattern}", m.pattern))
@@ -239,7 +243,8 @@ def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QPar
 
 def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
     lo, hi = t.fixed_range
-    return qparams_from_range(lo, hi, config.activation_dtype, symmetric=False)
+    # A symmetric activation type (a target that needs zero point 0 / 128) applies here too.
+    return qparams_from_range(lo, hi, config.activation_dtype, symmetric=config.activation_symmetric)
 
 
 def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) -> dict[str, QParams]:

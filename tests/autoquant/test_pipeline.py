@@ -674,3 +674,13 @@ def test_bounded_elementwise_outputs_get_their_whole_range():
     assert s_scale == np.float32(1 / 255) and s_zp == 0
     y_scale, _ = qparams_of(qdq_of(qdq, "y_float")[0])  # a graph output keeps its name on the dequantized value
     assert y_scale == pytest.approx(2 / 255, rel=1e-6)
+
+
+def test_division_after_an_excluded_node_stays_float_instead_of_failing():
+    model = _conv_div_conv()
+    qm = _quantize(model, samples(8), exclude_nodes=("relu1",))
+    d = [d for d in qm.report.decisions if d.node == "div"][0]
+    assert not d.quantized and "excluded" in d.reason
+    assert [n for n in qm.qdq.graph if n.op_type == "Div"]
+    x = samples(1, seed=9)[0]
+    assert _cosine(run_ort(model, {"x": x})[0], run_ort(qm.qdq, {"x": x})[0]) > 0.999
