@@ -9,6 +9,7 @@
     ConvTranspose (+bias)                        -> qnnx.conv_transpose (weights per-channel on axis 1)
     BatchNormalization (inference)               -> depthwise 1x1 qnnx.conv (exact per-channel factor)
     MatMul, Gemm (+bias)                         -> qnnx.matmul, int32 accumulator, scale sa*sb
+    Add(MatMul accumulator, constant bias vector) -> the same qnnx.matmul with the int32 bias
     Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type
     Mul/Div by a positive scalar constant        -> no op: the affine type's scale changes
     Concat                                       -> Concat (equal types) or qnnx.concat
@@ -358,8 +359,36 @@ def _binary(node, ctx, op: str):
     return [Affine(y, out)]
 
 
+def _bias_into_accumulator(node, ctx) -> Affine | None:
+    """``Add(matmul accumulator, bias)`` (a linear layer: autoquant's matmul pattern, ORT's MatMul + Add)
+    -> the same ``qnnx.matmul`` with the bias as its int32 input: no requantize of the accumulator.
+    None when the Add is anything else (the bias must be a constant vector, one value per column)."""
+    for acc_in, bias_in in ((0, 1), (1, 0)):
+        acc_v, bias = node.inputs[acc_in], node.inputs[bias_in]
+        if acc_v is None or bias is None or not ctx.has_affine(acc_v):
+            continue
+        acc = ctx.affine(acc_v)
+        mm = acc.value.producer()
+        if mm is None or mm.domain != DOMAIN or mm.op_type != "matmul" or len(mm.inputs) != 6 or \
+                len(acc.value.uses()) != 0 or acc.type.dtype.name != "int32":
+            continue
+        columns = acc.type.scale.size
+        real = ctx.real_const(bias)
+        if real is None or np.asarray(real).ndim != 1 or (columns > 1 and np.asarray(real).shape[0] != columns):
+            continue
+        try:
+            bias_v = _bias_int32(ctx, bias, acc.type, 0)
+        except Unsupported:
+            continue
+        return Affine(ctx.b.op("matmul", [*mm.inputs, bias_v], domain=DOMAIN), acc.type)
+    return None
+
+
 @fq2i_rule("Add")
 def _add(node, ctx):
+    fused = _bias_into_accumulator(node, ctx)
+    if fused is not None:
+        return [fused]
     return _binary(node, ctx, "add")
 
 

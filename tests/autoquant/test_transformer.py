@@ -227,3 +227,25 @@ def test_smoothing_reads_a_one_shot_iterator_once():
 def test_smoothing_alpha_is_validated(alpha):
     with pytest.raises(QnnxError, match="smoothing_alpha"):
         QuantConfig(smoothing_alpha=alpha)
+
+
+def test_canonical_linear_layer_keeps_the_bias_in_the_integer_matmul():
+    """FQ2I turns DQ -> MatMul -> Add(DQ int32 bias) -> Q into one qnnx.matmul with its bias input
+    and a requantize: no float op left, and the same integers as ONNX Runtime's QDQ run within one
+    output quantum (float vs fixed-point requantize rounding at ties)."""
+    g = Graph(opset=17)
+    mm = g.node("MatMul", [g.input("x", [1, T, H]), g.const(_w(H, F), "w")], name="mm")
+    g.node("Add", [mm, g.const(RNG.normal(0, .5, F).astype(np.float32), "b")], name="bias", out="y")
+    feeds = [{"x": RNG.standard_normal((1, T, H)).astype(np.float32)} for _ in range(4)]
+    qm = qnnx.quantize(g.model("y"), feeds, QuantConfig(progress=False))
+    canonical = qm.canonical
+    ops = [n.op_type for n in canonical.graph if n.domain == "qnnx"]
+    assert ops.count("matmul") == 1 and not qm.report.left_in_float, (ops, qm.report.left_in_float)
+    matmul = next(n for n in canonical.graph if n.op_type == "matmul")
+    assert len(matmul.inputs) == 7 and matmul.inputs[6].dtype == ir.DataType.INT32
+    assert not [n for n in canonical.graph if n.op_type == "Add"]
+    step = float(qdq_of(qm.qdq, "y_float")[0].inputs[1].const_value.numpy())  # the graph output's quantum
+    for f in feeds:
+        ref = run_ort(qm.qdq, f)[0]
+        got = qnnx.ReferenceEvaluator(ir.to_proto(canonical)).run(None, f)[0]
+        np.testing.assert_allclose(got, ref, atol=step * 1.001, rtol=0)
