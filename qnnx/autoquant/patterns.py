@@ -25,6 +25,7 @@ Built-ins:
     LeakyRelu, Exp, Erf, Gelu, Elu, Softplus  input and output (a lookup table once integer); the bounded
                                               ones (sigmoid, hard sigmoid, tanh) output their full range
     Softmax                                   input; output fixed to [0, 1] (the full activation range)
+                                              (a masked input, scores + attention mask, stays float)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from qnnx.autoquant.masks import is_additive_mask, is_masked
 from qnnx.ir import const_array
 
 
@@ -361,6 +363,9 @@ class BinaryPattern(_AllActivationsPattern):
     anchors = ("Add", "Sub", "Mul")
 
     def match(self, node):
+        if any(is_additive_mask(v) for v in node.inputs):
+            return MatchFail("an operand is an additive attention mask (its -inf-like sentinel has no quantized "
+                             "range; see masks.py)")
         m = super().match(node)
         act = _fused_activation(node.outputs[0]) if isinstance(m, PatternMatch) else None
         if act is None:
@@ -429,5 +434,7 @@ class SoftmaxPattern(Pattern):
         x = node.inputs[0]
         if not _is_float_activation(x):
             return MatchFail("input is not a float activation")
-        return PatternMatch(self.name, (node,), (_activation(x),),
-                            (Target(node.outputs[0], "activation", None, fixed_range=(0.0, 1.0)),))
+        out = (Target(node.outputs[0], "activation", None, fixed_range=(0.0, 1.0)),)
+        if is_masked(x):  # scores + mask: the float input keeps its sentinels, only probabilities are quantized
+            return PatternMatch(self.name, (node,), (), out)
+        return PatternMatch(self.name, (node,), (_activation(x),), out)

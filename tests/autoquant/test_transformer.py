@@ -249,3 +249,62 @@ def test_canonical_linear_layer_keeps_the_bias_in_the_integer_matmul():
         ref = run_ort(qm.qdq, f)[0]
         got = qnnx.ReferenceEvaluator(ir.to_proto(canonical)).run(None, f)[0]
         np.testing.assert_allclose(got, ref, atol=step * 1.001, rtol=0)
+
+
+# --------------------------------------------------------------------------- attention masks
+
+
+def _attention(style: str):
+    """scores = q k^T of a float input, masked by an int64 attention_mask (1 = token, 0 = padding),
+    softmax, times v. ``style``: "where" (Where(mask, 0, finfo.min), transformers >= 4.3x) or
+    "mul" ((1 - mask) * -10000, older BERT exports)."""
+    g = Graph(opset=17)
+    x = g.input("x", [1, T, H])
+    mask = g.input("attention_mask", [1, T], np.int64)
+    scores = g.node("MatMul", [x, g.node("Transpose", [x], perm=[0, 2, 1])], name="qk")
+    m = g.node("Unsqueeze", [g.node("Cast", [mask], to=1), g.const(np.array([1], np.int64))])  # 1 x 1 x T
+    if style == "where":
+        keep = g.node("Cast", [m], to=9)
+        add = g.node("Where", [keep, g.const(np.float32(0.0)), g.const(np.float32(np.finfo(np.float32).min))],
+                     name="mask")
+    else:
+        add = g.node("Mul", [g.node("Sub", [g.const(np.float32(1.0)), m]), g.const(np.float32(-10000.0))],
+                     name="mask")
+    masked = g.node("Add", [scores, add], name="masked")
+    p = g.node("Softmax", [masked], name="softmax", axis=-1)
+    g.node("MatMul", [p, x], name="pv", out="y")
+    return g.model("y")
+
+
+def _padded(n, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        mask = np.ones((1, T), np.int64)
+        mask[0, rng.integers(2, T):] = 0
+        out.append({"x": rng.standard_normal((1, T, H)).astype(np.float32), "attention_mask": mask})
+    return out
+
+
+@pytest.mark.parametrize("style", ["where", "mul"])
+def test_attention_mask_and_masked_softmax_input_stay_float(style):
+    d = _decisions(_attention(style))
+    assert not d["masked"].quantized and "additive attention mask" in d["masked"].reason
+    m = next(m for m in plan(prepare(_attention(style)), QuantConfig(progress=False)).matches
+             if m.pattern == "softmax")
+    assert m.inputs == () and m.outputs[0].fixed_range == (0.0, 1.0)
+    calib, ev = _padded(8, 1), _padded(4, 2)
+    qm = qnnx.quantize(_attention(style), calib, QuantConfig(progress=False))
+    for f in ev:
+        cos = _cosine(run_ort(qm.qdq, f)[0], run_ort(_attention(style), f)[0])
+        assert cos > 0.99, cos  # a quantized mask leaves the scores one or two levels: cosine ~0.5
+
+
+def test_embedding_sums_are_not_masks():
+    g = Graph(opset=17)
+    ids = g.input("ids", [1, T], np.int64)
+    a = g.node("Gather", [g.const(_w(30, H)), ids], name="word")
+    b = g.node("Gather", [g.const(_w(2, H)), g.node("Mul", [ids, g.const(np.int64(0))])], name="type")
+    g.node("Add", [a, b], name="embed_sum", out="y")
+    node = nodes_by_name(ir.from_proto(g.model("y")))["embed_sum"]
+    assert next(p for p in patterns_for("Add") if p.name == "binary").match(node).pattern == "binary"
