@@ -43,6 +43,12 @@ class QuantConfig:
     # all-MiniLM-L6-v2 sentence-embedding cosine 0.9923 -> 0.9950 at 0.5; models without LayerNorm
     # -> MatMul are unchanged.
     smoothing_alpha: float | None = 0.5
+    # Speed-aware fallback (speed.py): after calibration, time the float model and QDQ variants on ONNX
+    # Runtime (CPU, 1 thread, the first calibration sample) and leave kinds of patterns float (depthwise
+    # conv, elementwise, ...) where that is >= 3% faster; the whole model stays float unless int8 is >= 3%
+    # faster than float. Off by default: it costs up to 2 + 2 x kinds timings of ~1 s each (PP-OCR cls and
+    # rec: +17 s and +20 s on this 2-core machine; a model's first-run latency sets the repeats per timing).
+    speed_fallback: bool = False
     progress: bool = True
 
     def __post_init__(self):
@@ -56,6 +62,8 @@ class QuantConfig:
             raise QnnxError(f"percentile must be in (0, 100], got {self.percentile}")
         if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
             raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
+        if not isinstance(self.speed_fallback, bool):
+            raise QnnxError(f"speed_fallback must be True or False, got {self.speed_fallback!r}")
         if self.fallback_samples < 1:
             raise QnnxError(f"fallback_samples must be >= 1, got {self.fallback_samples}")
         if self.num_samples is not None and self.num_samples < 1:
@@ -87,12 +95,49 @@ class Decision:
     sqnr_db: float | None = None
 
 
+@dataclass(frozen=True)
+class SpeedTrial:
+    """One kind of pattern tried in float by the speed fallback: the best model so far vs the same with
+    every match of ``kind`` float too (median ms, interleaved), and whether that stayed."""
+
+    kind: str
+    matches: int
+    before_ms: float
+    after_ms: float
+    left_float: bool
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    """What the speed fallback measured on ONNX Runtime (median ms per run, one thread)."""
+
+    float_ms: float
+    int8_ms: float  # every pattern int8
+    trials: list[SpeedTrial]
+    final_float_ms: float  # the last timing: float vs the chosen int8 variant
+    final_ms: float
+    whole_model_float: bool
+    timings: int
+    seconds: float
+
+    def lines(self) -> list[str]:
+        out = [f"speed (ONNX Runtime, 1 thread): float {self.float_ms:.3f} ms, all int8 {self.int8_ms:.3f} ms "
+               f"({self.float_ms / self.int8_ms:.2f}x)"]
+        out += [f"  {t.kind} ({t.matches}) float: {t.before_ms:.3f} -> {t.after_ms:.3f} ms, "
+                f"{'left float' if t.left_float else 'stays int8'}" for t in self.trials]
+        chosen = "whole model kept float" if self.whole_model_float else "int8"
+        out.append(f"  {chosen}: float {self.final_float_ms:.3f} ms vs best int8 {self.final_ms:.3f} ms "
+                   f"({self.final_float_ms / self.final_ms:.2f}x); {self.timings} timings in {self.seconds:.1f}s")
+        return out
+
+
 @dataclass
 class QuantReport:
     decisions: list[Decision] = field(default_factory=list)
     calibration_seconds: float = 0.0
     num_samples: int = 0
     left_in_float: list[tuple[str, str, str]] = field(default_factory=list)
+    speed: SpeedReport | None = None  # with QuantConfig(speed_fallback=True)
 
     def summary(self) -> str:
         q = [d for d in self.decisions if d.quantized]
@@ -102,6 +147,8 @@ class QuantReport:
         worst = sorted((d for d in self.decisions if d.sqnr_db is not None), key=lambda d: d.sqnr_db)[:5]
         if worst:
             lines.append("worst layers by output SQNR: " + ", ".join(f"{d.node} {d.sqnr_db:.1f} dB" for d in worst))
+        if self.speed is not None:
+            lines += self.speed.lines()
         for d in f[:20]:
             lines.append(f"  float: {d.node} ({d.op_type}): {d.reason}")
         if len(f) > 20:

@@ -9,6 +9,8 @@
                  expanding affine regions and consolidating dequantize->quantize into requantize
     fall back    patterns whose output SQNR (quantized vs float, on calibration samples) is
                  below ``sqnr_threshold_db`` are returned to float, and the model re-realized
+    speed        with ``speed_fallback``: kinds of patterns measured slower in int8 than in float on
+                 ONNX Runtime go back to float, or the whole model when int8 is not faster (speed.py)
 
 Values that only move data (Reshape, Transpose, MaxPool, ...) share the qparams of the value
 they come from, so the integer model needs no requantize around them.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx_ir as ir
@@ -208,10 +210,12 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig,
     started = time.perf_counter()
     specs = input_specs(model)
     n = 0
-    kept: list[dict] = []  # the first samples, for the SQNR fallback (the source may be a one-shot iterator)
+    kept: list[dict] = []  # the first samples, for the fallbacks (the source may be a one-shot iterator)
+    n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None else 0,
+                 1 if config.speed_fallback else 0)
     try:
         for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
-            if config.sqnr_threshold_db is not None and len(kept) < config.fallback_samples:
+            if len(kept) < n_kept:
                 kept.append(feed)
             for (v, r), out in zip(fetch, _run(sess, names, feed)):
                 try:
@@ -427,4 +431,52 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
             qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     keep = {n.name for n in float_model.graph
             if n.name in config.exclude_nodes or n.op_type in config.exclude_op_types}
+    if config.speed_fallback:
+        qdq, speed_float = _speed_fallback(float_model, the_plan, act_qparams, qdq, kept[0], report, config)
+        keep |= speed_float
     return QuantizedModel(qdq, report, frozenset(keep))
+
+
+def _speed_fallback(float_model: ir.Model, the_plan: Plan, act_qparams: dict, qdq: ir.Model, feed: dict,
+                    report: QuantReport, config: QuantConfig) -> tuple[ir.Model, set[str]]:
+    """Kinds of matches measured slower in int8 than in float on ONNX Runtime go back to float
+    (speed.py), and the decisions say so. Returns the model and the names of the nodes now float
+    (the canonical model keeps them float too, so every format agrees with the report)."""
+    from qnnx.autoquant import speed
+
+    def activations(m: PatternMatch) -> tuple:
+        return m.pattern, tuple(t.value.name for t in m.inputs if t.role == "activation")
+
+    def without(keep: list[PatternMatch]) -> Plan:
+        # Re-planned as if the user had excluded the other matches' nodes: their outputs then get no
+        # quantize, so a runtime cannot fuse them into integer kernels between their neighbours' Q/DQ.
+        # A pattern reading such an output would get a float input: it computes in float on the runtime
+        # anyway, so it goes too (its own output is still quantized where a pattern reads it). The
+        # calibrated qparams stay: every value quantized now was quantized before, with the same group.
+        kept = {m.nodes[0].name: activations(m) for m in keep}
+        floats = tuple(n.name for m in the_plan.matches if m.nodes[0].name not in kept for n in m.nodes)
+        replanned = plan(float_model, replace(config, exclude_nodes=config.exclude_nodes + floats))
+        matches = [m for m in replanned.matches if kept.get(m.nodes[0].name) == activations(m)]
+        return Plan(matches, _share_groups(matches), the_plan.decisions)
+
+    def realize(keep: list[PatternMatch]) -> ir.Model:
+        return realize_qdq(float_model, without(keep), act_qparams, config)
+
+    choice = speed.choose(float_model, the_plan.matches, realize, feed, timer=speed.ort_timer,
+                          progress=config.progress, qdq=qdq)
+    report.speed = choice.report
+    reasons = dict(choice.reasons)
+    if choice.keep is not None:
+        final = {m.nodes[0].name for m in without(choice.keep).matches}
+        for i, m in enumerate(the_plan.matches):
+            if i not in reasons and m.nodes[0].name not in final:
+                reasons[i] = "speed: reads a node left float for speed, so it computes in float too"
+    by_anchor = {d.node: d for d in report.decisions}
+    now_float = set()
+    for i, why in reasons.items():
+        m = the_plan.matches[i]
+        now_float.update(n.name for n in m.nodes)
+        d = by_anchor.get(_nearest_value(m.nodes[0]))
+        if d is not None:
+            d.quantized, d.reason = False, why
+    return choice.model, now_float

@@ -1,0 +1,185 @@
+"""Speed-aware fallback: kinds of patterns stay float where ONNX Runtime's int8 kernels are slower.
+
+People quantize for speed, and int8 is not always faster on ONNX Runtime's CPU kernels: on PP-OCR's
+direction classifier (MobileNetV3, ~1.1 ms fp32 on one thread) int8 depthwise QLinearConv on small
+maps is slower than fp32's NCHWc depthwise conv, and the SE blocks' small QLinearMul /
+QLinearGlobalAveragePool cost more than their float ops. Measured, not assumed: after calibration
+(qparams known, nothing is recalibrated) QDQ variants of the plan are timed against each other:
+
+    1. float model vs every pattern int8
+    2. for each kind of pattern present (``KINDS`` order), the current best variant vs the same
+       with that kind float too: kept when faster by ``MARGIN``, and again on a second timing
+    3. the best int8 variant vs float: the whole model stays float unless int8 is faster by ``MARGIN``
+       (quantizing costs accuracy; a speed-up within noise does not pay for it)
+
+Whole kinds, not nodes: a trial per node would cost minutes, and ORT fuses neighbours, so one
+node's cost depends on whether the nodes around it are integer.
+
+Timing is a ``Timer``: ``timer(models, feed, repeats)`` -> median ms of each model, timed
+interleaved so a noisy machine hits every variant alike (``ort_timer``: ONNX Runtime CPU, one
+thread). Repeats are chosen so that one timing takes about ``SECONDS_PER_TIMING`` per model, so the
+total cost is roughly (2 + 2 x kinds) timings whatever the model's latency, bounded by
+``BUDGET_S`` and ``MAX_TIMINGS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx.autoquant.config import SpeedReport, SpeedTrial
+from qnnx.autoquant.patterns import PatternMatch
+from qnnx.ir import const_array
+
+Timer = Callable[[Sequence[ir.Model], dict, int], list[float]]
+
+# The order kinds are tried in: small memory-bound ops first (int8 often loses there), the big
+# compute-bound convs and matmuls last (int8 usually wins there, so they rarely go).
+KINDS = ("depthwise conv", "elementwise", "binary", "pool", "scale", "concat", "softmax", "gelu",
+         "pointwise conv", "conv", "conv transpose", "matmul/gemm")
+# A variant replaces the current best only when at least this much faster: medians of interleaved
+# runs on a shared 2-core machine still move by 1-2% between timings.
+MARGIN = 0.03
+SECONDS_PER_TIMING = 0.25  # per model in one timing: repeats = this / latency, within REPEATS
+REPEATS = (15, 400)
+BUDGET_S = 60.0
+MAX_TIMINGS = 4 + 2 * len(KINDS)  # every kind tried and confirmed, the combined trial, both ends
+
+
+def match_kind(m: PatternMatch) -> str:
+    """The kind a match is excluded with: conv split by shape (depthwise = group > 1, pointwise = 1x1),
+    matmul and gemm together, the other patterns by name."""
+    if m.pattern == "conv":
+        node = m.nodes[0]
+        group = node.attributes["group"].value if "group" in node.attributes else 1
+        if group > 1:
+            return "depthwise conv"
+        w = const_array(m.inputs[1].value) if len(m.inputs) > 1 else None
+        if w is not None and w.ndim > 2 and all(k == 1 for k in w.shape[2:]):
+            return "pointwise conv"
+        return "conv"
+    return {"conv_transpose": "conv transpose", "matmul": "matmul/gemm", "gemm": "matmul/gemm"}.get(m.pattern,
+                                                                                                       m.pattern)
+
+
+def ort_timer(models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
+    """Median ms per run of each model on ONNX Runtime (CPU, one thread), timed interleaved."""
+    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.ir import save_model
+
+    with tempfile.TemporaryDirectory(prefix="qnnx_speed_") as tmp:
+        paths = [os.path.join(tmp, f"variant{i}.onnx") for i in range(len(models))]
+        for model, path in zip(models, paths):
+            save_model(model, path)
+        ms = median_latency_ms(paths, feed=feed, threads=1, repeats=repeats)
+    return [ms[p] for p in paths]
+
+
+@dataclass
+class SpeedChoice:
+    """What :func:`choose` decided: the matches kept int8 (``None``: the whole model stays float),
+    the model to return, the reason of every match returned to float (by index), and the record."""
+
+    keep: list[PatternMatch] | None
+    model: ir.Model
+    reasons: dict[int, str]
+    report: SpeedReport
+
+
+def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable[[list[PatternMatch]], ir.Model],
+           feed: dict, *, timer: Timer | None = None, progress: bool = False, qdq: ir.Model | None = None,
+           budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS) -> SpeedChoice:
+    """Greedy search over kinds of matches to leave float (module docstring). ``realize(keep)``
+    builds the QDQ model of a subset of ``matches``; ``qdq`` is the all-int8 model when already built."""
+    timer = timer or ort_timer
+    started = time.perf_counter()
+    say = (lambda msg: print(f"speed: {msg}", file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    timings = 0
+
+    def timed(a: ir.Model, b: ir.Model, repeats: int) -> tuple[float, float]:
+        nonlocal timings
+        timings += 1
+        ta, tb = timer([a, b], feed, repeats)
+        return float(ta), float(tb)
+
+    # One quick run settles the repeats: about SECONDS_PER_TIMING per model and timing.
+    probe = float(timer([float_model], feed, 3)[0])
+    repeats = int(np.clip(SECONDS_PER_TIMING * 1000 / max(probe, 1e-3), *REPEATS))
+    best = qdq if qdq is not None else realize(matches)
+    float_ms, int8_ms = timed(float_model, best, repeats)
+    say(f"float {float_ms:.3f} ms, all int8 {int8_ms:.3f} ms ({float_ms / int8_ms:.2f}x), {repeats} runs per "
+        f"timing")
+    kinds = [match_kind(m) for m in matches]
+    excluded: set[int] = set()
+    reasons: dict[int, str] = {}
+    trials: list[SpeedTrial] = []
+
+    def affordable(label: str) -> bool:  # a trial takes up to two timings; one is kept for the end
+        if timings + 2 <= max_timings - 1 and time.perf_counter() - started <= budget_s:
+            return True
+        say(f"time budget used up ({timings} timings, {time.perf_counter() - started:.0f}s): {label} not tried")
+        return False
+
+    def trial(label: str, group: set[int]) -> tuple[ir.Model, SpeedTrial]:
+        """The best model so far vs the same with ``group`` float too; a win is confirmed by a second
+        timing, so one lucky median does not decide."""
+        candidate = realize([m for i, m in enumerate(matches) if i not in excluded | group])
+        before, after = timed(best, candidate, repeats)
+        faster = after <= before * (1 - MARGIN)
+        if faster:
+            before, after = timed(best, candidate, repeats)
+            faster = after <= before * (1 - MARGIN)
+        t = SpeedTrial(label, len(group), before, after, faster)
+        trials.append(t)
+        say(f"{label} ({len(group)}) float: {before:.3f} -> {after:.3f} ms, "
+            f"{'left float' if faster else 'stays int8'}")
+        return candidate, t
+
+    present = [k for k in KINDS if k in kinds] + sorted({k for k in kinds if k not in KINDS})
+    for kind in present:
+        group = {i for i, k in enumerate(kinds) if k == kind}
+        if len(excluded | group) == len(matches):
+            continue  # nothing left int8: that is the float model, compared last
+        if not affordable(f"{kind} and later kinds"):
+            break
+        candidate, t = trial(kind, group)
+        if t.left_float:
+            excluded |= group
+            best = candidate
+            for i in group:
+                reasons[i] = (f"speed: int8 {kind} measured slower than float on ONNX Runtime "
+                              f"(model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms with every {kind} float)")
+    # Kinds that each helped a little (below the margin) may help together: a float island costs a
+    # Q/DQ pair at each border, and neighbouring kinds excluded together share their borders.
+    hopeful = [t.kind for t in trials if not t.left_float and t.after_ms < t.before_ms]
+    group = {i for i, k in enumerate(kinds) if k in hopeful}
+    if len(hopeful) > 1 and len(excluded | group) < len(matches) and affordable(" + ".join(hopeful)):
+        label = " + ".join(hopeful)
+        candidate, t = trial(label, group)
+        if t.left_float:
+            excluded |= group
+            best = candidate
+            for i in group:
+                reasons[i] = (f"speed: int8 {kinds[i]} measured slower than float on ONNX Runtime with {label} "
+                              f"float together (model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms)")
+    final_float_ms, final_ms = timed(float_model, best, repeats)
+    whole_float = final_ms > final_float_ms * (1 - MARGIN)
+    if whole_float:
+        why = (f"speed: the fastest int8 variant ({final_ms:.3f} ms) is not {MARGIN:.0%} faster than float "
+               f"({final_float_ms:.3f} ms) on ONNX Runtime: whole model kept float")
+        reasons.update({i: why for i in range(len(matches)) if i not in reasons})
+    say(f"{'whole model float' if whole_float else 'int8'}: float {final_float_ms:.3f} ms, best int8 "
+        f"{final_ms:.3f} ms ({final_float_ms / final_ms:.2f}x); {timings} timings, "
+        f"{time.perf_counter() - started:.1f}s")
+    report = SpeedReport(float_ms, int8_ms, trials, final_float_ms, final_ms, whole_float, timings,
+                         time.perf_counter() - started)
+    if whole_float:
+        return SpeedChoice(None, float_model, reasons, report)
+    return SpeedChoice([m for i, m in enumerate(matches) if i not in excluded], best, reasons, report)
