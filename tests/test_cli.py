@@ -194,6 +194,23 @@ def test_quantize_exclude_node_option(quantize_case, capsys):
     assert "float: conv (Conv): excluded by the user" in text and "float: sig (Sigmoid): excluded by the user" in text
 
 
+def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
+    from qnnx.autoquant import speed
+
+    def int8_is_slower(models, feed, repeats):  # a fake ONNX Runtime where any QuantizeLinear costs time
+        return [2.0 if any(n.op_type == "QuantizeLinear" for n in m.graph) else 1.0 for m in models]
+
+    monkeypatch.setattr(speed, "ort_timer", int8_is_slower)
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback"]) == 0
+    captured = capsys.readouterr()
+    assert "speed: whole model float: float 1.000 ms, best int8 2.000 ms" in captured.err  # progress
+    assert "whole model kept float" in captured.out
+    assert "float: conv (Conv): speed: the fastest int8 variant (2.000 ms) is not 3% faster" in captured.out
+    assert not any(n.op_type == "QuantizeLinear" for n in onnx.load(out).graph.node)
+
+
 def _bad_quantize_case(tmp_path, case, src, calib):
     """Set up ``case``; returns (argv model path, calib dir, expected message)."""
     if case == "missing model":
@@ -275,7 +292,8 @@ def test_quantize_help_mentions_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
                    "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
-                   "--sqnr-threshold", "--propagate-error", "--random-calibration", "-q", "--quiet"):
+                   "--sqnr-threshold", "--propagate-error", "--speed-fallback", "--random-calibration", "-q",
+                   "--quiet"):
         assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
     for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",
                    "int8", "uint16", "int16"):
