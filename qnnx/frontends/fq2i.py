@@ -367,3 +367,4 @@ def from_qdq(model, *, strict: bool = False) -> onnx.ModelProto:
 # Rules live in their own module; importing it registers them.
 from qnnx.frontends import fq2i_rules as _rules  # noqa: E402,F401
 from qnnx.frontends import fq2i_layer_norm as _layer_norm_rules  # noqa: E402,F401
+from qnnx.frontends import fq2i_gelu as _gelu_rules  # noqa: E402,F401

@@ -308,3 +308,22 @@ def test_embedding_sums_are_not_masks():
     g.node("Add", [a, b], name="embed_sum", out="y")
     node = nodes_by_name(ir.from_proto(g.model("y")))["embed_sum"]
     assert next(p for p in patterns_for("Add") if p.name == "binary").match(node).pattern == "binary"
+
+
+@pytest.mark.parametrize("half_first", [False, True], ids=["x*(1+erf)*0.5", "(x*0.5)*(1+erf)"])
+def test_canonical_erf_gelu_is_one_table_lookup(half_first):
+    """FQ2I turns the realized GELU unit (DQ -> five float ops -> Q) into one qnnx.lut; the integers
+    match ONNX Runtime's QDQ run within one output quantum (float32 rounding near a boundary)."""
+    g = Graph(opset=17)
+    x = g.input("x", [1, T, F])
+    g.node("Identity", [_gelu(g, g.node("Tanh", [x], name="tanh"), half_first)], name="id", out="y")  # folded
+    feeds = [{"x": (RNG.standard_normal((1, T, F)) * 2).astype(np.float32)} for _ in range(4)]
+    qm = qnnx.quantize(g.model("y"), feeds, QuantConfig(progress=False))
+    canonical = qm.canonical
+    assert [n.op_type for n in canonical.graph if n.domain == "qnnx"].count("lut") == 2  # tanh, gelu
+    assert not [n for n in canonical.graph if n.op_type in ("Erf", "Div")] and not qm.report.left_in_float
+    step = float(qdq_of(qm.qdq, "y_float")[0].inputs[1].const_value.numpy())  # the output's quantum
+    for f in feeds:
+        ref = run_ort(qm.qdq, f)[0]
+        got = qnnx.ReferenceEvaluator(ir.to_proto(canonical)).run(None, f)[0]
+        np.testing.assert_allclose(got, ref, atol=step * 1.001, rtol=0)
