@@ -38,7 +38,12 @@ class QuantConfig:
     # quantized with the first pass's qparams, so each layer's range sees the error of the layers before.
     # Off by default: on 64 samples it moved PP-OCR cls 90.6% -> 93.8% but rec 98.6% -> 95.8%.
     propagate_error: bool = False
-    fallback_samples: int = 8
+    fallback_samples: int = 8  # calibration samples kept for the SQNR fallback and bias correction
+    # Bias correction (bias_correction.py): each biased Conv/Gemm's own mean output error per channel
+    # (weight and bias rounding, on its measured input means) folded into its int32 bias. Off by
+    # default: 32 calibration samples, PP-OCR rec char accuracy 95.0 -> 96.8 / 96.6 -> 94.5 /
+    # 96.1 -> 94.1 (three calibration sets), cls 92.2 -> 93.8, YOLOv8n agreement 0.79 -> 0.81.
+    bias_correction: bool = False
     # SmoothQuant migration strength for LayerNorm outputs read by MatMuls (smoothing.py), None: off.
     # all-MiniLM-L6-v2 sentence-embedding cosine 0.9923 -> 0.9950 at 0.5; models without LayerNorm
     # -> MatMul are unchanged.

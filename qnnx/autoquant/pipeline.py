@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from qnnx.autoquant.bias_correction import correct_biases
 from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
@@ -211,7 +212,7 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig,
     specs = input_specs(model)
     n = 0
     kept: list[dict] = []  # the first samples, for the fallbacks (the source may be a one-shot iterator)
-    n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None else 0,
+    n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None or config.bias_correction else 0,
                  1 if config.speed_fallback else 0)
     try:
         for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
@@ -434,6 +435,8 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     if config.speed_fallback:
         qdq, speed_float = _speed_fallback(float_model, the_plan, act_qparams, qdq, kept[0], report, config)
         keep |= speed_float
+    if config.bias_correction:  # last: every re-realization above starts from the uncorrected biases
+        correct_biases(float_model, qdq, kept)
     return QuantizedModel(qdq, report, frozenset(keep))
 
 
