@@ -51,7 +51,9 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
         m = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # best effort: rules that need a shape say so
         pass
-    fold_affine_into_conv(m.graph)
+    if fold_affine_into_conv(m.graph):  # a bias Add folded away may have hidden a BatchNorm from its conv
+        m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
+        fold_affine_into_conv(m.graph)
     fuse_matmul_add_into_gemm(m.graph)
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
@@ -106,7 +108,7 @@ def _per_output_channel(c: np.ndarray, out_rank: int, channels: int) -> np.ndarr
 
 
 def fold_affine_into_conv(graph: ir.Graph) -> int:
-    """``Conv -> Mul(c)`` and ``Conv -> Add(c)`` with ``c`` constant per output channel (or scalar)
+    """``Conv -> Mul(c)`` and ``Conv -> Add(c)`` (ConvTranspose too, group 1) with ``c`` constant per output channel (or scalar)
     become the Conv alone, with ``W * c`` / ``b * c`` or ``b + c``. Exact in real arithmetic; the Conv
     must be the Mul/Add's only producer and the Mul/Add the Conv's only consumer. Returns #folded."""
     folded = 0
@@ -114,8 +116,13 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
     while changed:
         changed = False
         for conv in list(graph):
-            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(conv.inputs) < 2:
+            if conv.op_type not in ("Conv", "ConvTranspose") or conv.domain not in ("", "ai.onnx") or len(conv.inputs) < 2:
                 continue
+            group = conv.attributes["group"].value if "group" in conv.attributes else 1
+            if conv.op_type == "ConvTranspose" and group != 1:
+                continue
+            # Output channels: axis 0 of Conv weights, axis 1 of ConvTranspose weights (C_in x C_out x k...).
+            w_axis = 1 if conv.op_type == "ConvTranspose" else 0
             w = const_array(conv.inputs[1])
             b = const_array(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
             out = conv.outputs[0]
@@ -128,12 +135,15 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
             if nxt.op_type not in ("Mul", "Add") or nxt.domain not in ("", "ai.onnx") or nxt.outputs[0].is_graph_output():
                 continue
             c = const_array(nxt.inputs[1 - uses[0].idx])
-            vec = _per_output_channel(c, len(out.shape), w.shape[0]) if c is not None else None
+            channels = w.shape[w_axis]
+            vec = _per_output_channel(c, len(out.shape), channels) if c is not None else None
             if vec is None:
                 continue
-            bias = np.zeros(w.shape[0], np.float32) if b is None else b.astype(np.float32)
+            bias = np.zeros(channels, np.float32) if b is None else b.astype(np.float32)
             if nxt.op_type == "Mul":
-                w = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+                shape = [1] * w.ndim
+                shape[w_axis] = -1
+                w = (w * vec.reshape(shape)).astype(np.float32)
                 bias = bias * vec
             else:
                 bias = bias + vec

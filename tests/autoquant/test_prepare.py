@@ -229,3 +229,19 @@ def test_matmul_on_3d_input_keeps_its_add():
                 name="mm")
     g.node("Add", [mm, g.const(RNG.standard_normal(3).astype(np.float32), "b")], name="bias", out="y")
     assert _ops(prepare(g.model("y"))) == ["MatMul", "Add"]
+
+
+def test_conv_transpose_bias_add_and_the_batchnorm_behind_it_fold_into_it():
+    g = Graph()
+    ct = g.node("ConvTranspose", [g.input("x", [1, 3, 5, 5]),
+                                  g.const((RNG.standard_normal((3, 4, 2, 2)) * 0.3).astype(np.float32), "w")],
+                name="up", strides=[2, 2])
+    a = g.node("Add", [ct, g.const(RNG.normal(size=(1, 4, 1, 1)).astype(np.float32), "b")], name="bias")
+    bn = [g.const(v.astype(np.float32)) for v in (RNG.uniform(0.5, 2, 4), RNG.normal(size=4), RNG.normal(size=4),
+                                                  RNG.uniform(0.5, 2, 4))]
+    n = g.node("BatchNormalization", [a, *bn], name="bn", epsilon=1e-5)
+    g.node("Relu", [n], name="relu", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert _ops(p) == ["ConvTranspose", "Relu"]
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
