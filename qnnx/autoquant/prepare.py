@@ -134,6 +134,12 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
             nxt = uses[0].node
             if nxt.op_type not in ("Mul", "Add") or nxt.domain not in ("", "ai.onnx") or nxt.outputs[0].is_graph_output():
                 continue
+            # An Add folds only as the Conv's missing bias (exporters that emit the bias separately).
+            # Folding an affine block's shift into a biased Conv measured worse on PP-OCR rec (char
+            # accuracy 98.6% -> 97.4%, mean of 3 calibration sets, 128 lines), for reasons not yet
+            # understood (the fold is exact in float and the output qparams come out the same).
+            if nxt.op_type == "Add" and b is not None and np.any(b != 0):
+                continue
             c = const_array(nxt.inputs[1 - uses[0].idx])
             channels = w.shape[w_axis]
             vec = _per_output_channel(c, len(out.shape), channels) if c is not None else None

@@ -177,16 +177,19 @@ def test_user_node_names_survive_prepare():
     assert {"my_conv", "my_relu"} <= names, names
 
 
-def test_per_channel_mul_and_add_after_conv_fold_into_its_weights_and_bias():
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_per_channel_mul_after_conv_folds_and_an_add_folds_only_as_the_missing_bias(with_bias):
     g = Graph()
-    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
-                        g.const(RNG.normal(size=4).astype(np.float32), "b")], name="conv", pads=[1, 1, 1, 1])
+    ins = [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")]
+    if with_bias:
+        ins.append(g.const(RNG.normal(size=4).astype(np.float32), "b"))
+    c = g.node("Conv", ins, name="conv", pads=[1, 1, 1, 1])
     m = g.node("Mul", [g.const(RNG.uniform(-2, 2, (4, 1, 1)).astype(np.float32), "a"), c], name="affine_mul")
     a = g.node("Add", [m, g.const(np.array([0.7], np.float32), "beta")], name="affine_add")
     g.node("Relu", [a], name="relu", out="y")  # a graph output keeps its producer (and name)
     model = g.model("y")
     p = prepare(model)
-    assert _ops(p) == ["Conv", "Relu"]
+    assert _ops(p) == (["Conv", "Add", "Relu"] if with_bias else ["Conv", "Relu"])
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
 
 
