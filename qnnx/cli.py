@@ -172,6 +172,9 @@ def quantize(
         propagate_error: Annotated[bool, typer.Option(
             "--propagate-error", help="second calibration pass on the quantized model, so ranges see upstream "
             "error")] = False,
+        bias_correction: Annotated[bool, typer.Option(
+            "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
+            "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
         speed_fallback: Annotated[bool, typer.Option(
             "--speed-fallback", help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds "
             "of layers float where int8 is measured slower, or the whole model when int8 is not faster; adds "
@@ -227,7 +230,8 @@ def quantize(
                          activation_symmetric=symmetric, per_channel=per_channel,
                          exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
                          num_samples=num_samples, seed=seed, sqnr_threshold_db=sqnr_threshold,
-                         propagate_error=propagate_error, speed_fallback=speed_fallback, progress=not quiet)
+                         propagate_error=propagate_error, speed_fallback=speed_fallback,
+                         bias_correction=bias_correction, progress=not quiet)
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)

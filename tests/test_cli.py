@@ -616,3 +616,17 @@ def test_quantize_report_refused_before_quantizing(quantize_case, tmp_path, caps
     assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: ") and message in err and str(report) in err
     assert captured.out == "" and not out.exists()
     assert "calibrating" not in captured.err  # refused before any calibration
+
+
+def test_quantize_bias_correction_flag_reaches_the_config(quantize_case, monkeypatch):
+    import qnnx.autoquant.pipeline as pipeline
+
+    seen = []
+    real = pipeline.correct_biases
+    monkeypatch.setattr(pipeline, "correct_biases", lambda *a, **k: seen.append(1) or real(*a, **k))
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q"]) == 0
+    assert seen == []  # off by default
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "-q"]) == 0
+    assert seen == [1]
