@@ -3,7 +3,10 @@
     prepare      opset >= 13, constants folded, BatchNorm folded, shapes inferred (prepare.py)
     match        every node offered to the patterns anchored on its op type (patterns.py)
     calibrate    the float model on ONNX Runtime with every quantized value as an output,
-                 streamed sample by sample into one observer per qparam group (memory flat)
+                 streamed sample by sample into one observer per qparam group (memory flat);
+                 ``propagate_error`` adds a pass on the simulated model (simulate.py) fed the first
+                 pass's qparams; ``calibration="sequential"`` chooses qparams stage by stage in
+                 topological order on the simulated model with the prefix quantized
     realize      QuantizeLinear/DequantizeLinear with the chosen qparams (qdq.py): the QDQ model;
                  fake-quantization-to-integer turns it into the canonical qnnx integer model,
                  expanding affine regions and consolidating dequantize->quantize into requantize
@@ -35,6 +38,7 @@ from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, p
 from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
+from qnnx.autoquant.simulate import qparam_feed, simulate_model
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
 from qnnx.errors import QnnxError
 from qnnx.ir import save_model
@@ -52,6 +56,15 @@ class Plan:
     matches: list[PatternMatch]
     groups: dict[ir.Value, ir.Value]  # activation value -> the root value whose qparams it shares
     decisions: list[Decision] = field(default_factory=list)
+
+
+def _shares_qparams(node: ir.Node) -> bool:
+    """``node``'s output holds only values of its first input: nearest-neighbour Resize counts too
+    (ORT then runs it on uint8; with a requantize around it, it dequantized and resized in float)."""
+    if node.op_type == "Resize":
+        mode = node.attributes["mode"].value if "mode" in node.attributes else "nearest"
+        return mode == "nearest"
+    return node.op_type in SHARES_QPARAMS
 
 
 def _nearest_value(node: ir.Node) -> str:
@@ -143,7 +156,7 @@ def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
         root, cur = v, v
         for _ in range(32):
             p = cur.producer()
-            if p is None or p.op_type not in SHARES_QPARAMS or not p.inputs or p.inputs[0] is None:
+            if p is None or not _shares_qparams(p) or not p.inputs or p.inputs[0] is None:
                 break
             cur = p.inputs[0]
             if cur in targets or cur in fixed:
@@ -174,16 +187,18 @@ def _run(sess: ort.InferenceSession, names: list[str], feed: dict) -> list:
         raise QnnxError(f"ONNX Runtime failed to run the model: {str(e).splitlines()[0][:300]}") from None
 
 
-def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.InferenceSession:
-    """An ORT session of ``model`` that also returns ``values`` (a copy: the caller's model is unchanged)."""
+def _session_with_outputs(model: ir.Model, values: list[ir.Value | str]) -> ort.InferenceSession:
+    """An ORT session of ``model`` that also returns ``values`` (values or names; a copy: the caller's
+    model is unchanged)."""
     proto = ir.to_proto(model)
     existing = {o.name for o in proto.graph.output}
     import onnx
 
     for v in values:
-        if v.name not in existing:
-            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(v.name))
-            existing.add(v.name)
+        name = v if isinstance(v, str) else v.name
+        if name not in existing:
+            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+            existing.add(name)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     try:
@@ -193,23 +208,49 @@ def _session_with_outputs(model: ir.Model, values: list[ir.Value]) -> ort.Infere
             from None
 
 
-def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig,
-              observers: dict | None = None) -> tuple[dict, int, float, list, dict]:
+@dataclass(frozen=True)
+class Simulated:
+    """The plan's simulated model lowered for ONNX Runtime (simulate.py), with the first pass's
+    qparams fed as inputs: what calibration observes instead of the float model."""
+
+    session: ort.InferenceSession
+    inputs: dict  # value name -> simulate.QParamInputs
+    specs: list  # the float model's inputs, what calibration samples feed
+
+
+def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Simulated:
+    from qnnx.passes.lower import lower
+
+    sim, inputs = simulate_model(float_model, the_plan, config)
+    return Simulated(_session_with_outputs(lower(sim, copy=False), [i.observed for i in inputs.values()]), inputs,
+                     input_specs(float_model))
+
+
+def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: QuantConfig,
+              observers: dict | None = None, *, qparams: dict | None = None,
+              roots: set | None = None) -> tuple[dict, int, float, list, dict]:
     """One observer per qparam group, fed sample by sample (``observers`` continues earlier ones).
+    ``model`` is the float model, or the simulated one run with ``qparams`` (by value name; a value
+    without qparams passes through in float); ``roots`` limits the groups observed.
     Returns (qparams by root value, samples, seconds, samples kept for the fallback, observers)."""
     # One observer per group, fed by the root and by members whose values are distributed differently
     # (MaxPool keeps the large values, Slice/Gather a part): a percentile of the root alone would clip
     # them. Members reached only through permutations (Reshape, Transpose...) add nothing and are skipped.
-    roots = sorted(set(the_plan.groups.values()), key=lambda v: v.name)
+    wanted = set(the_plan.groups.values()) if roots is None else roots
+    roots = sorted(wanted, key=lambda v: v.name)
     fetch = [(r, r) for r in roots] + [(v, r) for v, r in sorted(the_plan.groups.items(), key=lambda i: i[0].name)
-                                       if v is not r and not _permutation_of(v, r)]
+                                       if r in wanted and v is not r and not _permutation_of(v, r)]
     obs_cfg = ObserverConfig(method=config.method, dtype=config.activation_dtype,
                              symmetric=config.activation_symmetric, percentile=config.percentile)
     observers = observers if observers is not None else {r: make_observer(obs_cfg) for r in roots}
-    sess = _session_with_outputs(model, [v for v, _ in fetch])
-    names = [v.name for v, _ in fetch]
+    if isinstance(model, Simulated):
+        sess, extra = model.session, qparam_feed(model.inputs, qparams or {})
+        names = [model.inputs[v.name].observed for v, _ in fetch]
+    else:
+        sess, extra = _session_with_outputs(model, [v for v, _ in fetch]), {}
+        names = [v.name for v, _ in fetch]
     started = time.perf_counter()
-    specs = input_specs(model)
+    specs = model.specs if isinstance(model, Simulated) else input_specs(model)
     n = 0
     kept: list[dict] = []  # the first samples, for the fallbacks (the source may be a one-shot iterator)
     n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None or config.bias_correction else 0,
@@ -218,7 +259,7 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig,
         for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
             if len(kept) < n_kept:
                 kept.append(feed)
-            for (v, r), out in zip(fetch, _run(sess, names, feed)):
+            for (v, r), out in zip(fetch, _run(sess, names, {**feed, **extra})):
                 try:
                     observers[r].observe(out)
                 except QnnxError as e:
@@ -231,12 +272,36 @@ def calibrate(model: ir.Model, the_plan: Plan, calibration, config: QuantConfig,
             _progress(True, n, config.num_samples, started)
             print(file=sys.stderr)  # end the progress line, also before an error message
     qparams = {}
-    for r, obs in observers.items():
+    for r in roots:
         try:
-            qparams[r] = obs.compute_qparams()
+            qparams[r] = observers[r].compute_qparams()
         except QnnxError as e:
             raise e.at(f"tensor {r.name!r}") from None
     return qparams, n, time.perf_counter() - started, kept, observers
+
+
+def calibrate_sequential(float_model: ir.Model, the_plan: Plan, calibration,
+                         config: QuantConfig) -> tuple[dict, int, float, list]:
+    """Qparams chosen in topological order on the already-quantized prefix (seed 002): the groups,
+    sorted by where their root is computed, are cut into ``config.sequential_passes`` stages; stage k
+    observes its groups on the simulated model in which every value whose qparams are already chosen
+    (earlier stages, fixed ranges, values scaled from those) is quantized and every other value passes
+    through in float. One streamed pass over the data per stage, one ORT session for all of them.
+    Returns (qparams by root value, samples, seconds of the passes, samples kept for the fallbacks)."""
+    started = time.perf_counter()
+    sim = simulated(float_model, the_plan, config)
+    position = {v: i for i, node in enumerate(float_model.graph) for v in node.outputs}
+    roots = sorted(set(the_plan.groups.values()), key=lambda v: (position.get(v, -1), v.name))
+    stages = [list(s) for s in np.array_split(np.arange(len(roots)), min(config.sequential_passes, len(roots)))]
+    known: dict = {}
+    n, kept = 0, []
+    for k, stage in enumerate(stages):
+        chosen, n, _, kept_k, _ = calibrate(sim, the_plan, calibration, config,
+                                            qparams=activation_qparams(the_plan, known, config),
+                                            roots={roots[i] for i in stage})
+        kept = kept if k else kept_k
+        known.update(chosen)
+    return known, n, time.perf_counter() - started, kept
 
 
 def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QParams:
@@ -255,19 +320,20 @@ def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
 def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) -> dict[str, QParams]:
     """QParams of every quantized activation by value name: observed roots, fixed ranges, and outputs
     scaled from their input (in plan order, so a scaled value may itself be the source of another)."""
-    roots = dict(root_qparams)
+    roots = dict(root_qparams)  # sequential calibration: the roots chosen so far (the others are left out)
     for m in the_plan.matches:
         for t in m.outputs:
             if t.fixed_range is not None:
                 roots[t.value] = fixed_qparams(t, config)
             elif t.scaled_from is not None:
                 source, factor = t.scaled_from
-                qp = roots[the_plan.groups.get(source, source)]
-                roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
-                                         qp.dtype, qp.axis)
-    out = {v.name: roots[r] for v, r in the_plan.groups.items()}
+                qp = roots.get(the_plan.groups.get(source, source))
+                if qp is not None:
+                    roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
+                                             qp.dtype, qp.axis)
+    out = {v.name: roots[r] for v, r in the_plan.groups.items() if r in roots}
     out.update({t.value.name: roots[t.value] for m in the_plan.matches for t in m.outputs
-                if t.fixed_range is not None or t.scaled_from is not None})
+                if (t.fixed_range is not None or t.scaled_from is not None) and t.value in roots})
     return out
 
 
@@ -394,24 +460,29 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     the_plan = plan(float_model, config)
     if not the_plan.matches:
         raise QnnxError("nothing to quantize: no node matched a quantization pattern")
-    if config.propagate_error and not isinstance(calibration, (str, os.PathLike)) and \
-            iter(calibration) is calibration:
-        raise QnnxError("propagate_error reads the calibration data twice: give a directory or a list, "
+    passes = config.propagate_error or (config.calibration == "sequential" and config.sequential_passes > 1)
+    if passes and not isinstance(calibration, (str, os.PathLike)) and iter(calibration) is calibration:
+        what = "propagate_error" if config.propagate_error else "calibration='sequential'"
+        raise QnnxError(f"{what} reads the calibration data twice or more: give a directory or a list, "
                         "not a one-shot iterator")
-    root_qparams, n, seconds, kept, observers = calibrate(float_model, the_plan, calibration, config)
+    if config.calibration == "sequential":
+        root_qparams, n, seconds, kept = calibrate_sequential(float_model, the_plan, calibration, config)
+    else:
+        root_qparams, n, seconds, kept, observers = calibrate(float_model, the_plan, calibration, config)
     act_qparams = activation_qparams(the_plan, root_qparams, config)
     the_plan = _checked(the_plan, act_qparams)
     _concat_inputs_take_output_qparams(the_plan, act_qparams)
-    qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     if config.propagate_error:
-        # Same value names in the QDQ model: each activation now carries the quantization error of
-        # everything before it (the tensor observed is the float input of its QuantizeLinear). The same
-        # observers continue, so each range covers both the float and the quantized-prefix behaviour:
-        # replacing the first pass moved some ranges 2x either way and cost PP-OCR rec 30 points.
-        root_qparams, _, seconds2, _, _ = calibrate(qdq, the_plan, calibration, config, observers)
-        seconds += seconds2
+        # The simulated model fed the first pass's qparams: each activation now carries the quantization
+        # error of everything before it (the tensor observed is the float input of its simulated_quantize).
+        # The same observers continue, so each range covers both the float and the quantized-prefix
+        # behaviour: replacing the first pass moved some ranges 2x either way and cost PP-OCR rec 30 points.
+        started = time.perf_counter()
+        root_qparams, _, _, _, _ = calibrate(simulated(float_model, the_plan, config), the_plan, calibration,
+                                             config, observers, qparams=act_qparams)
+        seconds += time.perf_counter() - started
         act_qparams = activation_qparams(the_plan, root_qparams, config)
-        qdq = realize_qdq(float_model, the_plan, act_qparams, config)
+    qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     report = QuantReport(the_plan.decisions, seconds, n)
     if config.sqnr_threshold_db is not None:
         scores = pattern_sqnr(float_model, qdq, the_plan.matches, kept, config)

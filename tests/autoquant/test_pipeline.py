@@ -684,3 +684,17 @@ def test_division_after_an_excluded_node_stays_float_instead_of_failing():
     assert [n for n in qm.qdq.graph if n.op_type == "Div"]
     x = samples(1, seed=9)[0]
     assert _cosine(run_ort(model, {"x": x})[0], run_ort(qm.qdq, {"x": x})[0]) > 0.999
+
+
+@pytest.mark.parametrize("mode,shared", [("nearest", True), ("linear", False)])
+def test_nearest_resize_shares_its_input_qparams(mode, shared):
+    rng = np.random.default_rng(8)
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 4, 4]), g.const(conv_weight(rng, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1], out="c")
+    r = g.node("Resize", [c, "", g.const(np.array([1, 1, 2, 2], np.float32), "scales")], name="up", mode=mode,
+               out="r")
+    g.node("Conv", [r, g.const(conv_weight(rng, 2, 4), "w2")], name="conv2", pads=[1, 1, 1, 1], out="y")
+    qdq = _quantize(g.model("y"), samples(8, shape=(1, 3, 4, 4))).qdq
+    same = np.array_equal(qparams_of(qdq_of(qdq, "c")[0])[0], qparams_of(qdq_of(qdq, "r")[0])[0])
+    assert same == shared  # equal qparams around a nearest Resize: ORT runs it on uint8
