@@ -33,7 +33,7 @@ def main() -> None:
         calib = task.calibration(n)
         for method in args.methods:
             ort_name = {"percentile": "Percentile", "entropy": "Entropy"}[method]
-            ot, om = timed_quantize("_ort_quantize", str(task.model_path), calib, str(OUT / "cal.ort.onnx"), ort_name)
+            ot, om = timed_quantize("_ort_quantize", args.task, calib, str(OUT / "cal.ort.onnx"), False, ort_name)
             qt, qm = timed_quantize("_qnnx_quantize", str(task.model_path), calib, str(OUT / "cal.qnnx.onnx"), method)
             rows.append(f"| {n} | {method} | {ot:.1f} | {qt:.1f} | {ot / qt:.1f}x | {om:.0f} | {qm:.0f} |")
             print(rows[-1], flush=True)

@@ -35,12 +35,13 @@ from bench.tasks import TASKS, run_model  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool = False) -> None:
+def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool = False,
+                  method: str = "MinMax") -> None:
     """ORT's quantize_static with the least pre-processing it needs (bench/baseline_ort.py): QDQ,
-    MinMax, u8 activations / s8 weights, per-tensor unless asked."""
+    ``method`` calibration (MinMax by default), u8 activations / s8 weights, per-tensor unless asked."""
     from bench.baseline_ort import ort_quantize_static
 
-    ort_quantize_static(TASKS[task_name], calib, out_path, per_channel=per_channel)
+    ort_quantize_static(TASKS[task_name], calib, out_path, method=method, per_channel=per_channel)
 
 
 def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None) -> None:
