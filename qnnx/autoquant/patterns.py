@@ -5,9 +5,11 @@ A pattern is one registered class (``@register_pattern``) with
 
 - ``match(node, ctx)``: anchored on one op type; returns a :class:`PatternMatch` or a
   :class:`MatchFail` whose reason is recorded (why the node stays float);
-- ``simulate(match, ...)``: the pattern in affine space — ``qnnx.simulated_quantize`` /
-  ``simulated_dequantize`` around it with qparams as graph inputs (:mod:`qnnx.autoquant.qdq`);
-- ``realize(match, ...)``: QuantizeLinear/DequantizeLinear with the chosen qparams; the
+- ``simulate(match, rewriter)``: the pattern in affine space — ``qnnx.simulated_quantize`` /
+  ``simulated_dequantize`` around it with qparams as graph inputs (:mod:`qnnx.autoquant.simulate`),
+  what calibration runs when it observes the quantized model;
+- ``realize(match, rewriter)``: QuantizeLinear/DequantizeLinear with the chosen qparams
+  (:mod:`qnnx.autoquant.qdq`); both default to the shared walk over the match's targets; the
   integer ``qnnx`` ops then come from fake-quantization-to-integer (``qnnx.from_qdq``), which
   also expands affine regions through the allow-list (relu, maxpool, reshape, ...) and
   consolidates dequantize -> quantize into requantize.
@@ -80,6 +82,17 @@ class Pattern:
         float, or None. Most patterns have none."""
         return None
 
+    def simulate(self, match: PatternMatch, rewriter) -> None:
+        """The match in affine space for calibration: ``qnnx.simulated_quantize`` ->
+        ``simulated_dequantize`` on each activation with its qparams as graph inputs, weights and bias
+        quantized as :meth:`realize` does (``rewriter``: :class:`qnnx.autoquant.simulate.SimulatedRewriter`)."""
+        rewriter.quantize_targets(match)
+
+    def realize(self, match: PatternMatch, rewriter) -> None:
+        """The match with the chosen qparams: Q/DQ around it, int8 weights, int32 bias
+        (``rewriter``: :class:`qnnx.autoquant.qdq.QDQRewriter`)."""
+        rewriter.quantize_targets(match)
+
 
 PATTERNS: list[Pattern] = []
 
@@ -91,6 +104,10 @@ def register_pattern(cls: type[Pattern]) -> type[Pattern]:
 
 def patterns_for(op_type: str) -> list[Pattern]:
     return [p for p in PATTERNS if op_type in p.anchors]
+
+
+def pattern_named(name: str) -> Pattern:
+    return next(p for p in PATTERNS if p.name == name)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -355,6 +372,10 @@ class ScalePattern(Pattern):
             factor = 1.0 / factor
         return PatternMatch(self.name, (node,), (_activation(x),),
                             (Target(node.outputs[0], "activation", scaled_from=(x, factor)),))
+
+    def realize(self, match, rewriter):
+        super().realize(match, rewriter)
+        rewriter.fold_scale(match)  # simulate keeps the float op: requantizing to s * c gives the same integers
 
 
 @register_pattern

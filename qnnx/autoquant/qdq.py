@@ -43,30 +43,38 @@ def _insert_qdq(graph: ir.Graph, v: ir.Value, qp: QParams, readers: set[str] | N
     (``v`` comes from a float op: its other readers keep the exact float value, which exists anyway)."""
     b = Builder(graph, v.name)
     scale, zp = _qparam_consts(b, qp, "q")
-    uses = [u for u in v.uses() if readers is None or u.node.name in readers]
     axis = {"axis": qp.axis} if qp.axis is not None else {}
     q = b.op("QuantizeLinear", [v, scale, zp], hint="QuantizeLinear", **axis)
     q.type = ir.TensorType(int_type(qp.dtype).onnx)
     q.shape = v.shape
     dq = b.op("DequantizeLinear", [q, scale, zp], hint="DequantizeLinear", **axis)
     dq.type, dq.shape = v.type, v.shape
+    _insert_after(graph, v, b.nodes, dq, readers)
+
+
+def _insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Value,
+                  readers: set[str] | None) -> None:
+    """Insert ``nodes`` (computing ``out`` from ``v``) right after ``v`` is made; the readers of ``v``
+    (all, or the nodes named in ``readers``) read ``out``; a graph output ``v`` hands its name to ``out``."""
+    uses = [u for u in v.uses() if readers is None or u.node.name in readers]
     producer = v.producer()
     if producer is not None:
-        graph.insert_after(producer, b.nodes)
+        graph.insert_after(producer, nodes)
     else:
         first = next(iter(graph), None)
         if first is None:
-            graph.extend(b.nodes)
+            graph.extend(nodes)
         else:
-            graph.insert_before(first, b.nodes)
+            graph.insert_before(first, nodes)
     for use in uses:
-        use.node.replace_input_with(use.idx, dq)
+        if use.node not in nodes:
+            use.node.replace_input_with(use.idx, out)
     if v.is_graph_output() and readers is None:  # the output keeps its name and now carries the quantized values
         idx = list(graph.outputs).index(v)
         name = v.name
         v.name = f"{name}_float"
-        dq.name = name
-        graph.outputs[idx] = dq
+        out.name = name
+        graph.outputs[idx] = out
 
 
 def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
@@ -140,67 +148,126 @@ def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, 
     return obs.compute_qparams()
 
 
-def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], config) -> ir.Model:
-    """A copy of ``float_model`` with Q/DQ for every target of ``plan``'s matches."""
-    m = _model_copy(float_model)
-    graph = m.graph
-    values = _values_by_name(graph)
-    nodes = {n.name: n for n in graph if n.name}
-    done: set[str] = set()
-    # Values quantized as pattern inputs but computed by a float op: only the pattern nodes read the DQ.
-    produced = {t.value.name for match in plan.matches for t in match.outputs}
-    readers: dict[str, set[str]] = {}
-    for match in plan.matches:
-        for t in match.inputs:
-            if t.role == "activation" and t.value.name not in produced:
-                readers.setdefault(t.value.name, set()).update(n.name for n in match.nodes)
-    for match in plan.matches:
-        anchor = nodes.get(match.nodes[0].name) if match.nodes[0].name else None
+class AffineRewriter:
+    """Puts a plan's targets in affine space in a copy of the float model, one match at a time
+    (``Pattern.realize`` / ``Pattern.simulate`` call :meth:`quantize_targets`). The walk is shared;
+    a subclass says how an activation enters affine space and how a weight and a bias are quantized
+    (constants here: :class:`QDQRewriter`; qparams as graph inputs: ``simulate.SimulatedRewriter``)."""
+
+    def __init__(self, float_model: ir.Model, plan, config):
+        self.model = _model_copy(float_model)
+        self.graph = self.model.graph
+        self.config = config
+        self.values = _values_by_name(self.graph)
+        self.nodes = {n.name: n for n in self.graph if n.name}
+        self.handles: dict[str, object] = {}  # activation name -> its qparams (or their graph inputs), once in
+        # Values quantized as pattern inputs but computed by a float op: only the pattern nodes read the DQ.
+        produced = {t.value.name for match in plan.matches for t in match.outputs}
+        self.readers: dict[str, set[str]] = {}
+        for match in plan.matches:
+            for t in match.inputs:
+                if t.role == "activation" and t.value.name not in produced:
+                    self.readers.setdefault(t.value.name, set()).update(n.name for n in match.nodes)
+
+    # hooks
+    def activation(self, v: ir.Value, readers: set[str] | None):
+        """Put ``v`` in affine space for ``readers`` (all when None); returns its qparams handle."""
+        raise NotImplementedError
+
+    def weight(self, anchor: ir.Node, idx: list[int], w: np.ndarray, qp: QParams, axis: int | None, x,
+               bias: np.ndarray | None):
+        """Quantize the weight inputs ``idx`` of ``anchor`` (``qp`` before fitting ``bias`` at input ``x``)."""
+        raise NotImplementedError
+
+    def bias(self, holder: ir.Node, idx: list[int], bias: np.ndarray, x, w) -> None:
+        raise NotImplementedError
+
+    # the walk
+    def _activation(self, name: str, readers: set[str] | None):
+        if name not in self.handles:
+            self.handles[name] = self.activation(self.values[name], readers)
+        return self.handles[name]
+
+    def quantize_targets(self, match) -> None:
+        """Activations in affine space, weights int8 (per-channel), constants in the activation type,
+        the bias int32 at ``x_scale * w_scale``."""
+        anchor = self.nodes.get(match.nodes[0].name) if match.nodes[0].name else None
         if anchor is None:
             raise AssertionError("pattern anchors must be named (prepare names every node)")
-        x_qp, w_qp = None, None
+        config = self.config
+        bias = np.asarray(const_array(self.values[match.bias.name]), np.float32) if match.bias is not None else None
+        x, w_handle = None, None
         for t in match.inputs:
             if t.role == "activation":
-                qp = value_qparams[t.value.name]
-                x_qp = x_qp or qp
-                if t.value.name not in done:
-                    _insert_qdq(graph, values[t.value.name], qp, readers.get(t.value.name))
-                    done.add(t.value.name)
+                handle = self._activation(t.value.name, self.readers.get(t.value.name))
+                x = handle if x is None else x
                 continue
             idx = [i for i, v in enumerate(anchor.inputs) if v is not None and v.name == t.value.name]
-            w = np.asarray(const_array(values[t.value.name]), np.float32)
+            w = np.asarray(const_array(self.values[t.value.name]), np.float32)
             if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
                 qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
-                if match.bias is not None and x_qp is not None:
-                    qp = _fit_bias(qp, np.asarray(const_array(values[match.bias.name]), np.float32), x_qp.scale)
-                w_qp = qp
+                w_handle = self.weight(anchor, idx, w, qp, axis, x, bias)
             else:  # a constant operand of an elementwise op: the activation type, from its own range
-                axis = None
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
-            q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1,
-                                  out_dtype=qp.dtype)
-            for i in idx:
-                _quantized_constant(graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
-        if match.bias is not None and x_qp is not None and w_qp is not None:
+                q = numerics.quantize(w, qp.scale, qp.zero_point, axis=-1, out_dtype=qp.dtype)
+                for i in idx:
+                    _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, None, f"in{i}")
+        if bias is not None and x is not None and w_handle is not None:
             # The bias is an input of the anchor (Conv, Gemm) or of a fused Add after it (MatMul).
-            holder = next(nodes[n.name] for n in match.nodes if any(v is match.bias for v in n.inputs))
+            holder = next(self.nodes[n.name] for n in match.nodes if any(v is match.bias for v in n.inputs))
             idx = [i for i, v in enumerate(holder.inputs) if v is not None and v.name == match.bias.name]
-            bias = np.asarray(const_array(values[match.bias.name]), np.float32)
-            bias_scale = (np.float32(x_qp.scale) * np.asarray(w_qp.scale, np.float32)).astype(np.float32)
-            bias_scale = np.broadcast_to(bias_scale, bias.shape).astype(np.float32) if bias_scale.size > 1 else bias_scale
-            q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
-            for i in idx:
-                _quantized_constant(graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
-                                    "bias")
+            self.bias(holder, idx, bias, x, w_handle)
         for t in match.outputs:
-            if t.value.name not in done:
-                _insert_qdq(graph, values[t.value.name], value_qparams[t.value.name])
-                done.add(t.value.name)
+            self._activation(t.value.name, None)
+
+    def finish(self) -> ir.Model:
+        graph = self.graph
+        for name, init in list(graph.initializers.items()):  # the float weights the int8 copies replaced
+            if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
+                graph.initializers.pop(name)
+        return self.model
+
+
+class QDQRewriter(AffineRewriter):
+    """Realize: QuantizeLinear -> DequantizeLinear with the chosen qparams, weights and bias constant."""
+
+    def __init__(self, float_model: ir.Model, plan, value_qparams: dict[str, QParams], config):
+        super().__init__(float_model, plan, config)
+        self.qparams = value_qparams
+
+    def activation(self, v, readers):
+        qp = self.qparams[v.name]
+        _insert_qdq(self.graph, v, qp, readers)
+        return qp
+
+    def weight(self, anchor, idx, w, qp, axis, x, bias):
+        if bias is not None and x is not None:
+            qp = _fit_bias(qp, bias, x.scale)
+        q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
+        for i in idx:
+            _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+        return qp
+
+    def bias(self, holder, idx, bias, x, w):
+        bias_scale = (np.float32(x.scale) * np.asarray(w.scale, np.float32)).astype(np.float32)
+        bias_scale = np.broadcast_to(bias_scale, bias.shape).astype(np.float32) if bias_scale.size > 1 else bias_scale
+        q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
+        for i in idx:
+            _quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+                                "bias")
+
+    def fold_scale(self, match) -> None:
+        """The ``scale`` pattern's float Mul/Div folded into the output DequantizeLinear's scale."""
+        _fold_scale(self.graph, self.nodes[match.nodes[0].name], self.qparams[match.outputs[0].value.name])
+
+
+def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], config) -> ir.Model:
+    """A copy of ``float_model`` with Q/DQ for every target of ``plan``'s matches (each match's
+    pattern realizes it: :meth:`qnnx.autoquant.patterns.Pattern.realize`)."""
+    from qnnx.autoquant.patterns import pattern_named
+
+    rewriter = QDQRewriter(float_model, plan, value_qparams, config)
     for match in plan.matches:
-        if match.pattern == "scale":
-            _fold_scale(graph, nodes[match.nodes[0].name], value_qparams[match.outputs[0].value.name])
-    for name, init in list(graph.initializers.items()):  # the float weights the int8 copies replaced
-        if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
-            graph.initializers.pop(name)
-    return m
+        pattern_named(match.pattern).realize(match, rewriter)
+    return rewriter.finish()

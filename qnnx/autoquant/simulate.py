@@ -1,0 +1,158 @@
+"""The simulated model: a plan's patterns in affine space with qparams as graph inputs (seed 002).
+
+Each quantized activation ``v`` becomes
+
+    Where(v.enabled, simulated_dequantize(simulated_quantize(v, v.scale, v.zero_point), ...), v)
+
+with three new graph inputs: ``<v>.scale`` (float32 scalar), ``<v>.zero_point`` (int32 scalar) and
+``<v>.enabled`` (bool scalar; false passes the float value through untouched, so a value whose
+qparams are not chosen yet is not quantized; a layer's bias, quantized at its input's scale, stays
+float with it). Weights are int8 constants as realize makes them (their qparams need no data);
+a biased layer's weights are quantized at run time instead, because realize raises a weight scale
+where the int32 bias would not fit at ``x_scale * w_scale`` and ``x_scale`` is now an input.
+
+Calibration changes qparams by feeding other inputs to the same session, never rebuilding. Fed
+the qparams of a calibration result, the lowered model gives the QDQ model's outputs bit for bit
+on ONNX Runtime (without graph optimizations, which would turn the QDQ model into integer kernels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import numerics
+from qnnx.autoquant.qdq import BIAS_LIMIT, AffineRewriter, _insert_after, _quantized_constant
+from qnnx.calibrate import QParams
+from qnnx.dialect import DOMAIN
+from qnnx.dtypes import int_type
+from qnnx.ir import Builder
+
+
+@dataclass(frozen=True)
+class QParamInputs:
+    """The graph inputs that carry one activation's qparams, and the value calibration observes
+    (the float value entering its simulated_quantize: a graph output's own name moves to the result)."""
+
+    scale: str
+    zero_point: str
+    enabled: str
+    observed: str
+
+
+def _scalar_input(graph: ir.Graph, name: str, dtype: ir.DataType) -> ir.Value:
+    v = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([]))
+    graph.inputs.append(v)
+    return v
+
+
+class SimulatedRewriter(AffineRewriter):
+    def __init__(self, float_model, plan, config):
+        super().__init__(float_model, plan, config)
+        self.inputs: dict[str, QParamInputs] = {}
+        self.enabled: dict[str, ir.Value] = {}  # scale input name -> the same value's enabled input
+        self.dtype = int_type(config.activation_dtype).name
+
+    def activation(self, v, readers):
+        graph = self.graph
+        s = _scalar_input(graph, f"{v.name}.scale", ir.DataType.FLOAT)
+        z = _scalar_input(graph, f"{v.name}.zero_point", ir.DataType.INT32)
+        on = _scalar_input(graph, f"{v.name}.enabled", ir.DataType.BOOL)
+        b = Builder(graph, v.name)
+        q = b.op("simulated_quantize", [v, s, z], domain=DOMAIN, out_dtype=self.dtype, hint="simulated_quantize")
+        dq = b.op("simulated_dequantize", [q, s, z], domain=DOMAIN, hint="simulated_dequantize")
+        out = b.op("Where", [on, dq, v], hint="quantized_or_float")
+        for x in (q, dq, out):
+            x.type, x.shape = ir.TensorType(ir.DataType.FLOAT), v.shape
+        name = v.name
+        _insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
+        self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name)
+        self.enabled[s.name] = on
+        return s
+
+    def weight(self, anchor, idx, w, qp, axis, x, bias):
+        if bias is None or x is None:  # constant int8 weights, exactly realize's
+            q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1,
+                                  out_dtype=qp.dtype)
+            for i in idx:
+                _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+            return None  # no bias to quantize at this layer's scales
+        # qdq._fit_bias at run time: scale = max(scale, |bias| / (x_scale * 2**30)), then quantize the weights.
+        b = Builder(self.graph, anchor.name)
+        scale = np.asarray(qp.scale, np.float32)
+        need = np.abs(bias.reshape(-1)) if scale.ndim else np.float32(np.abs(bias).max(initial=0.0))
+        if scale.ndim and need.shape != scale.shape:
+            fitted = b.const(scale, "weight_scale")
+        else:
+            limit = b.op("Mul", [x, b.const(np.float32(BIAS_LIMIT), "bias_limit")], hint="bias_limit_scale")
+            fitted = b.op("Max", [b.const(scale, "weight_scale"),
+                                  b.op("Div", [b.const(need.astype(np.float32), "bias_abs"), limit])],
+                          hint="fitted_weight_scale")
+        fitted.type, fitted.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(scale.shape)
+        attrs = {"axis": axis} if axis is not None and scale.size > 1 else {}
+        zp = b.const(np.int32(0), "weight_zero_point")
+        wf = b.const(w, "weight_float")
+        q = b.op("simulated_quantize", [wf, fitted, zp], domain=DOMAIN, out_dtype=qp.dtype, hint="weight_q", **attrs)
+        dq = b.op("simulated_dequantize", [q, fitted, zp], domain=DOMAIN, hint="weight_dq", **attrs)
+        for v in (q, dq):
+            v.type, v.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(w.shape)
+        self.graph.insert_before(anchor, b.nodes)
+        for i in idx:
+            anchor.replace_input_with(i, dq)
+        return fitted
+
+    def bias(self, holder, idx, bias, x, w):
+        b = Builder(self.graph, holder.name)
+        scale = b.op("Mul", [x, w], hint="bias_scale")
+        per_axis = w.shape is not None and len(w.shape) > 0 and bias.size > 1
+        scale.type, scale.shape = ir.TensorType(ir.DataType.FLOAT), w.shape
+        attrs = {"axis": 0} if per_axis else {}
+        zp = b.const(np.int32(0), "bias_zero_point")
+        q = b.op("simulated_quantize", [b.const(bias, "bias_float"), scale, zp], domain=DOMAIN, out_dtype="int32",
+                 hint="bias_q", **attrs)
+        dq = b.op("simulated_dequantize", [q, scale, zp], domain=DOMAIN, hint="bias_dq", **attrs)
+        # The bias scale needs the input's: while the input passes through in float, so does the bias.
+        out = b.op("Where", [self.enabled[x.name], dq, b.const(bias, "bias_float")], hint="bias_quantized_or_float")
+        for v in (q, dq, out):
+            v.type, v.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(bias.shape)
+        self.graph.insert_before(holder, b.nodes)
+        for i in idx:
+            holder.replace_input_with(i, out)
+
+    def fold_scale(self, match) -> None:  # pragma: no cover - simulate never folds
+        raise AssertionError("simulate keeps the scale pattern's float op")
+
+
+def simulate_model(float_model: ir.Model, plan, config=None) -> tuple[ir.Model, dict[str, QParamInputs]]:
+    """A copy of ``float_model`` with every match of ``plan`` simulated by its pattern
+    (:meth:`qnnx.autoquant.patterns.Pattern.simulate`), in the qnnx dialect (``qnnx.lower`` it to
+    run it on ONNX Runtime), and the qparam inputs of each quantized activation by value name."""
+    from qnnx.autoquant.config import QuantConfig
+    from qnnx.autoquant.patterns import pattern_named
+
+    config = config or QuantConfig()
+    rewriter = SimulatedRewriter(float_model, plan, config)
+    for match in plan.matches:
+        pattern_named(match.pattern).simulate(match, rewriter)
+    model = rewriter.finish()
+    model.opset_imports.setdefault(DOMAIN, 1)
+    model.graph.opset_imports.setdefault(DOMAIN, 1)
+    return model, rewriter.inputs
+
+
+def qparam_feed(inputs: dict[str, QParamInputs], qparams: dict[str, QParams],
+                enabled: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Feeds for the qparam inputs: ``qparams`` by value name for the values in ``enabled`` (all that
+    have qparams when None); every other value passes through in float."""
+    feed = {}
+    for name, inp in inputs.items():
+        qp = qparams.get(name)
+        on = qp is not None and (enabled is None or name in enabled)
+        if qp is not None and np.asarray(qp.scale).size != 1:
+            raise AssertionError(f"{name!r}: simulated activations take per-tensor qparams")
+        feed[inp.scale] = np.asarray(qp.scale if on else 1.0, np.float32).reshape(())
+        feed[inp.zero_point] = np.asarray(qp.zero_point if on else 0, np.int32).reshape(())
+        feed[inp.enabled] = np.asarray(on)
+    return feed
