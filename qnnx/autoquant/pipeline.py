@@ -221,7 +221,7 @@ class Simulated:
 def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Simulated:
     from qnnx.passes.lower import lower
 
-    sim, inputs = simulate_model(float_model, the_plan, config)
+    sim, inputs = simulate_model(float_model, the_plan, config, standard=True)
     return Simulated(_session_with_outputs(lower(sim, copy=False), [i.observed for i in inputs.values()]), inputs,
                      input_specs(float_model))
 

@@ -110,17 +110,19 @@ def _chosen(float_model, the_plan, data, config=CFG):
     return act
 
 
+@pytest.mark.parametrize("standard", [False, True], ids=["dialect", "standard"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_simulated_model_fed_the_chosen_qparams_gives_the_qdq_outputs_bit_for_bit(case):
+def test_simulated_model_fed_the_chosen_qparams_gives_the_qdq_outputs_bit_for_bit(case, standard):
     proto, shape = CASES[case]()
     fm = prepare(proto)
     the_plan = P.plan(fm, CFG)
     assert the_plan.matches
     act = _chosen(fm, the_plan, samples(6, shape))
     qdq = P.realize_qdq(fm, the_plan, act, CFG)
-    sim, inputs = simulate_model(fm, the_plan, CFG)
+    sim, inputs = simulate_model(fm, the_plan, CFG, standard=standard)
     assert set(inputs) == set(act)
-    assert {n.op_type for n in sim.graph if n.domain == "qnnx"} == {"simulated_quantize", "simulated_dequantize"}
+    if not standard:
+        assert {n.op_type for n in sim.graph if n.domain == "qnnx"} == {"simulated_quantize", "simulated_dequantize"}
     lowered = qnnx.lower(sim)
     for x in samples(4, shape, seed=5, scale=1.5):  # beyond the calibrated ranges too: clipping agrees
         want = run_ort(qdq, {"x": x}, optimize=False)
@@ -129,7 +131,8 @@ def test_simulated_model_fed_the_chosen_qparams_gives_the_qdq_outputs_bit_for_bi
             np.testing.assert_array_equal(g, w)
 
 
-def test_weights_of_a_layer_whose_bias_does_not_fit_are_rescaled_at_run_time_like_realize():
+@pytest.mark.parametrize("standard", [False, True], ids=["dialect", "standard"])
+def test_weights_of_a_layer_whose_bias_does_not_fit_are_rescaled_at_run_time_like_realize(standard):
     g = Graph()
     w = conv_weight(RNG, 4, 3)
     w[1] *= 1e-6  # a near-dead channel with a large bias: realize raises its weight scale
@@ -140,8 +143,8 @@ def test_weights_of_a_layer_whose_bias_does_not_fit_are_rescaled_at_run_time_lik
     act = _chosen(fm, the_plan, samples(4, (1, 3, 6, 6)))
     act["x"] = qnnx.calibrate.QParams(np.float32(1e-7), np.uint8(128), "uint8")  # 40 / (1e-7 * w_scale) > 2**30
     qdq = P.realize_qdq(fm, the_plan, act, CFG)
-    lowered = qnnx.lower(simulate_model(fm, the_plan, CFG)[0])
-    inputs = simulate_model(fm, the_plan, CFG)[1]
+    sim, inputs = simulate_model(fm, the_plan, CFG, standard=standard)
+    lowered = qnnx.lower(sim)
     x = samples(1, (1, 3, 6, 6))[0] * 1e-5
     np.testing.assert_array_equal(run_ort(lowered, {"x": x, **qparam_feed(inputs, act)}, optimize=False)[0],
                                   run_ort(qdq, {"x": x}, optimize=False)[0])
