@@ -172,6 +172,10 @@ def quantize(
         propagate_error: Annotated[bool, typer.Option(
             "--propagate-error", help="second calibration pass on the quantized model, so ranges see upstream "
             "error")] = False,
+        sequential: Annotated[int | None, typer.Option(
+            "--sequential", metavar="STAGES", show_default=False,
+            help="choose qparams in STAGES topological stages, each observed on the simulated model with the "
+            "stages before it quantized (one pass over the data per stage); not better on PP-OCR rec")] = None,
         bias_correction: Annotated[bool, typer.Option(
             "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
             "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
@@ -231,6 +235,8 @@ def quantize(
                          exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
                          num_samples=num_samples, seed=seed, sqnr_threshold_db=sqnr_threshold,
                          propagate_error=propagate_error, speed_fallback=speed_fallback,
+                         calibration="float" if sequential is None else "sequential",
+                         sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
                          bias_correction=bias_correction, progress=not quiet)
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",

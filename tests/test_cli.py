@@ -194,6 +194,16 @@ def test_quantize_exclude_node_option(quantize_case, capsys):
     assert "float: conv (Conv): excluded by the user" in text and "float: sig (Sigmoid): excluded by the user" in text
 
 
+def test_quantize_sequential_option(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--sequential", "2", "-q"]) == 0
+    assert "QuantizeLinear" in [n.op_type for n in onnx.load(out).graph.node]
+    capsys.readouterr()
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--sequential", "0", "-q"]) == 1
+    assert "sequential_passes must be in [1, 64], got 0" in capsys.readouterr().err
+
+
 def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
     from qnnx.autoquant import speed
 
@@ -292,7 +302,8 @@ def test_quantize_help_mentions_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
                    "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
-                   "--sqnr-threshold", "--propagate-error", "--speed-fallback", "--random-calibration", "-q",
+                   "--sqnr-threshold", "--propagate-error", "--sequential", "--speed-fallback", "--random-calibration",
+                   "-q",
                    "--quiet"):
         assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
     for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",

@@ -319,6 +319,21 @@ def test_adding_a_pattern_is_one_registered_class(toy_pattern):
     assert [u.node.op_type for u in abs_node.outputs[0].uses()] == ["QuantizeLinear"]
 
 
+def test_a_registered_pattern_is_simulated_and_calibrated_sequentially_with_no_other_edit(toy_pattern):
+    from qnnx.autoquant.pipeline import calibrate_sequential
+    from qnnx.autoquant.simulate import simulate_model
+
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv", out="c")
+    g.node("Abs", [c], name="abs", out="y")
+    model = prepare(g.model("y"))
+    the_plan = plan(model, QuantConfig(progress=False))
+    assert set(simulate_model(model, the_plan)[1]) == {"x", "c", "y"}  # the default simulate covers its targets
+    config = QuantConfig(progress=False, calibration="sequential")
+    roots, *_ = calibrate_sequential(model, the_plan, samples(4, (1, 3, 6, 6)), config)
+    assert {r.name for r in roots} == {"x", "c", "y"}
+
+
 def test_toy_pattern_is_gone_after_removal():
     assert patterns_for("Abs") == []
     assert all(p.name != "toy_abs" for p in P.PATTERNS)
