@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
+from onnxscript.rewriter import pattern as orp
 
 from qnnx.autoquant.masks import is_additive_mask, is_masked
 from qnnx.ir import const_array
@@ -286,14 +287,38 @@ def _other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
     return node.inputs[1] if node.inputs[0] is v else node.inputs[0] if node.inputs[1] is v else None
 
 
+def _gelu_graph_patterns() -> list[orp.Pattern]:
+    """The erf GELU ``0.5 * x * (1 + erf(x / sqrt2))`` as exporters write it, as onnxscript graph
+    patterns: ``x / sqrt2`` or ``x * (1/sqrt2)``, then ``Mul(x, 1 + erf) * 0.5`` or
+    ``(x * 0.5) * (1 + erf)``, every Mul in either operand order (the matcher does not commute)."""
+
+    def mul(op, a, b, swap):
+        return op.Mul(b, a) if swap else op.Mul(a, b)
+
+    def variant(scaled_by_div: bool, half_first: bool, s1: bool, s2: bool):
+        # Only (op, x, k, one, half) may be parameters: onnxscript turns every parameter into a pattern input.
+        def target(op, x, k, one, half):
+            erf1 = op.Add(op.Erf(op.Div(x, k) if scaled_by_div else op.Mul(x, k)), one)
+            if half_first:
+                return mul(op, mul(op, x, half, s1), erf1, s2)
+            return mul(op, mul(op, x, erf1, s1), half, s2)
+        return target
+
+    flags = (False, True)
+    return [orp.Pattern(variant(d, h, s1, s2), name=f"erf_gelu_{d:d}{h:d}{s1:d}{s2:d}")
+            for d in flags for h in flags for s1 in flags for s2 in flags]
+
+
+_GELU_GRAPHS = _gelu_graph_patterns()
+
+
 @register_pattern  # before "scale" and "binary": they would claim the Div / Mul that starts the chain
 class GeluPattern(Pattern):
     """The exact GELU as exporters write it without a Gelu op (torch before opset 20), one
     elementwise unit like ``Gelu``: quantized input and output, a lookup table once integer.
-
-        Mul(x, 0.5 * (1 + Erf(x / sqrt2)))  in either order of the two Muls:
-        Div(x, sqrt2) | Mul(x, 1/sqrt2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5)
-                                                         -> Mul(0.5 * x)      (x * 0.5 computed first)
+    The structure is matched with onnxscript's pattern matcher (``_GELU_GRAPHS``) from the chain's
+    last node; the anchor is its first node in graph order (plan claims nodes in that order), so
+    the candidates are the anchor's consumers up to four steps on.
 
     Quantizing each of its five ops requantizes four times inside one activation function (on
     all-MiniLM-L6-v2 the chain cost 0.003 of sentence-embedding cosine)."""
@@ -302,48 +327,29 @@ class GeluPattern(Pattern):
     anchors = ("Div", "Mul")
 
     def match(self, node):
-        m = self._match_from_scaled_input(node)
-        if isinstance(m, MatchFail) and node.op_type == "Mul":  # x * 0.5 may come first in graph order
-            x = next((v for v in node.inputs if _scalar(_other_input(node, v)) == 0.5), None)
-            for use in x.uses() if x is not None else ():
-                if use.node is not node and use.node.op_type in self.anchors:
-                    other = self._match_from_scaled_input(use.node)
-                    if isinstance(other, PatternMatch) and node in other.nodes:
-                        return other
-        return m
-
-    def _match_from_scaled_input(self, node):
-        x = node.inputs[0]
-        k = _scalar(node.inputs[1]) if len(node.inputs) == 2 else None
-        if node.op_type == "Mul" and k is None and len(node.inputs) == 2:
-            x, k = node.inputs[1], _scalar(node.inputs[0])
-        if k is None or not _is_float_activation(x):
-            return MatchFail("not the start of an erf GELU (x / sqrt2)")
-        scale = 1.0 / k if node.op_type == "Div" else k
-        if not np.isclose(scale, 1.0 / _SQRT2, rtol=1e-5):
-            return MatchFail("not the start of an erf GELU (x / sqrt2)")
-        erf = _sole_consumer(node.outputs[0])
-        add = _sole_consumer(erf.outputs[0]) if erf is not None and erf.op_type == "Erf" else None
-        if add is None or add.op_type != "Add" or _scalar(_other_input(add, erf.outputs[0])) != 1.0:
-            return MatchFail("not an erf GELU: x / sqrt2 is not followed by Erf -> Add(1)")
-        mul = _sole_consumer(add.outputs[0])
-        if mul is None or mul.op_type != "Mul":
-            return MatchFail("not an erf GELU: 1 + erf(.) is not multiplied")
-        other = _other_input(mul, add.outputs[0])
-        half = None
-        if other is x:  # x * (1 + erf) -> * 0.5
-            half = _sole_consumer(mul.outputs[0])
-            if half is None or half.op_type != "Mul" or _scalar(_other_input(half, mul.outputs[0])) != 0.5:
-                return MatchFail("not an erf GELU: x * (1 + erf) is not halved")
-            nodes = (node, erf, add, mul, half)
-        else:  # (x * 0.5) * (1 + erf)
-            half = other.producer() if other is not None else None
-            if half is None or half.op_type != "Mul" or _other_input(half, x) is None or \
-                    _scalar(_other_input(half, x)) != 0.5 or len(half.outputs[0].uses()) != 1:
-                return MatchFail("not an erf GELU: 1 + erf(.) is not multiplied by x / 2")
-            nodes = (node, erf, add, half, mul)
-        out = nodes[-1].outputs[0]
-        return PatternMatch(self.name, nodes, (_activation(x),), (_activation(out),))
+        graph = node.graph
+        seen, frontier = [], [node]
+        for _ in range(4):  # x/sqrt2 -> Erf -> Add -> Mul -> Mul: the last node is 4 steps on
+            frontier = [u.node for v in frontier for o in v.outputs for u in o.uses() if u.node not in seen]
+            seen += frontier
+        for end in [node, *seen]:
+            for graph_pattern in _GELU_GRAPHS:
+                found = graph_pattern.match(None, graph, end, check_nodes_are_removable=True)
+                if not found or node not in found.nodes:
+                    continue
+                b = found.bindings
+                k, one, half = _scalar(b["k"]), _scalar(b["one"]), _scalar(b["half"])
+                scale = None if k is None else (1.0 / k if "Div" in {n.op_type for n in found.nodes} else k)
+                if scale is None or not np.isclose(scale, 1.0 / _SQRT2, rtol=1e-5) or one != 1.0 or half != 0.5:
+                    continue
+                x = b["x"]
+                if not _is_float_activation(x):
+                    return MatchFail("the erf GELU's input is not a float activation")
+                order = {n: i for i, n in enumerate(graph)}
+                nodes = tuple(sorted(found.nodes, key=order.__getitem__))
+                nodes = (node, *[n for n in nodes if n is not node])
+                return PatternMatch(self.name, nodes, (_activation(x),), (_activation(end.outputs[0]),))
+        return MatchFail("not an erf GELU (x / sqrt2 -> Erf -> +1 -> * x -> * 0.5)")
 
 
 @register_pattern  # registered before "binary" so Mul by a positive constant is a type change, not a QLinearMul

@@ -388,3 +388,30 @@ def test_binary_does_not_fuse_an_activation_it_does_not_feed_alone():
     g.node("Mul", [a, r], name="mul", out="y")
     m = _match(_ir(g, "y"), "add", "binary")
     assert [n.name for n in m.nodes] == ["add"] and _names(m.outputs) == [("a", "activation", None)]
+
+
+@pytest.mark.parametrize("by_div,swap_inner,swap_half", [(True, True, True), (False, False, True), (False, True, False)])
+def test_erf_gelu_matches_with_either_operand_order_and_either_scaling(by_div, swap_inner, swap_half):
+    """The structure is onnxscript's pattern matcher's (every variant is one graph pattern)."""
+    g = Graph()
+    x = g.input("x", [2, 4])
+    k = np.float32(np.sqrt(2.0) if by_div else 1 / np.sqrt(2.0))
+    s = g.node("Div" if by_div else "Mul", [x, g.const(k, "k")], name="scale_x")
+    a = g.node("Add", [g.node("Erf", [s], name="erf"), g.const(np.float32(1.0), "one")], name="plus1")
+    m = g.node("Mul", [a, x] if swap_inner else [x, a], name="times_x")
+    h = g.const(np.float32(0.5), "half")
+    g.node("Mul", [h, m] if swap_half else [m, h], name="halve", out="y")
+    found = _match(_ir(g, "y"), "scale_x", "gelu")
+    assert isinstance(found, PatternMatch)
+    assert [n.name for n in found.nodes] == ["scale_x", "erf", "plus1", "times_x", "halve"]
+    assert _names(found.inputs) == [("x", "activation", None)] and _names(found.outputs) == [("y", "activation", None)]
+
+
+def test_erf_gelu_with_a_wrong_constant_is_not_matched():
+    g = Graph()
+    x = g.input("x", [2, 4])
+    s = g.node("Div", [x, g.const(np.float32(np.sqrt(2.0)), "k")], name="scale_x")
+    a = g.node("Add", [g.node("Erf", [s], name="erf"), g.const(np.float32(1.0), "one")], name="plus1")
+    m = g.node("Mul", [x, a], name="times_x")
+    g.node("Mul", [m, g.const(np.float32(0.25), "quarter")], name="halve", out="y")
+    assert isinstance(_match(_ir(g, "y"), "scale_x", "gelu"), MatchFail)
