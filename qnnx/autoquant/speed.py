@@ -127,9 +127,12 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
         say(f"time budget used up ({timings} timings, {time.perf_counter() - started:.0f}s): {label} not tried")
         return False
 
-    def trial(label: str, group: set[int]) -> tuple[ir.Model, SpeedTrial]:
+    models: list[ir.Model] = []
+
+    def trial(label: str, group: set[int], why) -> bool:
         """The best model so far vs the same with ``group`` float too; a win is confirmed by a second
-        timing, so one lucky median does not decide."""
+        timing, so one lucky median does not decide. A win leaves ``group`` float (``why(i, trial)``
+        is each node's reason) and its model last in ``models``."""
         candidate = realize([m for i, m in enumerate(matches) if i not in excluded | group])
         before, after = timed(best, candidate, repeats)
         faster = after <= before * (1 - MARGIN)
@@ -140,7 +143,11 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
         trials.append(t)
         say(f"{label} ({len(group)}) float: {before:.3f} -> {after:.3f} ms, "
             f"{'left float' if faster else 'stays int8'}")
-        return candidate, t
+        if faster:
+            excluded.update(group)
+            reasons.update({i: why(i, t) for i in group})
+            models.append(candidate)
+        return faster
 
     present = [k for k in KINDS if k in kinds] + sorted({k for k in kinds if k not in KINDS})
     for kind in present:
@@ -149,26 +156,18 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
             continue  # nothing left int8: that is the float model, compared last
         if not affordable(f"{kind} and later kinds"):
             break
-        candidate, t = trial(kind, group)
-        if t.left_float:
-            excluded |= group
-            best = candidate
-            for i in group:
-                reasons[i] = (f"speed: int8 {kind} measured slower than float on ONNX Runtime "
-                              f"(model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms with every {kind} float)")
+        if trial(kind, group, lambda i, t: f"speed: int8 {kind} measured slower than float on ONNX Runtime "
+                 f"(model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms with every {kind} float)"):
+            best = models[-1]
     # Kinds that each helped a little (below the margin) may help together: a float island costs a
     # Q/DQ pair at each border, and neighbouring kinds excluded together share their borders.
     hopeful = [t.kind for t in trials if not t.left_float and t.after_ms < t.before_ms]
     group = {i for i, k in enumerate(kinds) if k in hopeful}
     if len(hopeful) > 1 and len(excluded | group) < len(matches) and affordable(" + ".join(hopeful)):
         label = " + ".join(hopeful)
-        candidate, t = trial(label, group)
-        if t.left_float:
-            excluded |= group
-            best = candidate
-            for i in group:
-                reasons[i] = (f"speed: int8 {kinds[i]} measured slower than float on ONNX Runtime with {label} "
-                              f"float together (model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms)")
+        if trial(label, group, lambda i, t: f"speed: int8 {kinds[i]} measured slower than float on ONNX Runtime "
+                 f"with {label} float together (model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms)"):
+            best = models[-1]
     final_float_ms, final_ms = timed(float_model, best, repeats)
     whole_float = final_ms > final_float_ms * (1 - MARGIN)
     if whole_float:
