@@ -24,7 +24,7 @@ from onnxscript.rewriter.rules.common import (fuse_batchnorm_into_conv_rule, fus
                                               fuse_batchnorm_into_gemm_rule)
 
 from qnnx.errors import QnnxError
-from qnnx.ir import Builder, const_array, load_model
+from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 MIN_OPSET = 13
 
@@ -162,18 +162,12 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
             else:
                 conv.resize_inputs(3)
                 conv.replace_input_with(2, new_b)
-            ir.convenience.replace_all_uses_with(nxt.outputs[0], out)
+            replace_value(graph, nxt.outputs[0], out)
             graph.remove(nxt, safe=True)
             folded += 1
             changed = True
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     return folded
-
-
-def _drop_unused_initializers(graph: ir.Graph) -> None:
-    for name, init in list(graph.initializers.items()):
-        if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
-            graph.initializers.pop(name)
 
 
 def fuse_matmul_add_into_gemm(graph: ir.Graph) -> int:
@@ -202,15 +196,8 @@ def fuse_matmul_add_into_gemm(graph: ir.Graph) -> int:
         gemm.outputs[0].name = add.outputs[0].name + "_gemm"
         gemm.outputs[0].type, gemm.outputs[0].shape = add.outputs[0].type, add.outputs[0].shape
         graph.insert_before(mm, gemm)
-        result = add.outputs[0]
-        if result.is_graph_output():  # the output keeps its name, now on the Gemm
-            idx = list(graph.outputs).index(result)
-            name = result.name
-            result.name = name + "_unfused"
-            gemm.outputs[0].name = name
-            graph.outputs[idx] = gemm.outputs[0]
-        ir.convenience.replace_all_uses_with(result, gemm.outputs[0])
+        replace_value(graph, add.outputs[0], gemm.outputs[0])  # a graph output keeps its name, now on the Gemm
         graph.remove([add, mm], safe=True)
         fused += 1
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     return fused

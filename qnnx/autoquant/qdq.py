@@ -14,7 +14,7 @@ import onnx_ir as ir
 from qnnx import numerics
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
-from qnnx.ir import Builder, const_array
+from qnnx.ir import Builder, const_array, drop_unused_initializers, replace_value
 
 
 def _model_copy(model: ir.Model) -> ir.Model:
@@ -107,15 +107,8 @@ def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
     out = b.op("DequantizeLinear", [dq_x.inputs[0], scale, dq_x.inputs[2]], hint="DequantizeLinear", **axis)
     out.type, out.shape = dq_y.outputs[0].type, dq_y.outputs[0].shape
     graph.insert_after(node, b.nodes)
-    old = dq_y.outputs[0]
-    ir.convenience.replace_all_uses_with(old, out)
-    ir.convenience.replace_all_uses_with(y, out)  # float readers of y (none but the Q in practice)
-    if old.is_graph_output():
-        idx = list(graph.outputs).index(old)
-        name = old.name
-        old.name = f"{name}_replaced"
-        out.name = name
-        graph.outputs[idx] = out
+    replace_value(graph, dq_y.outputs[0], out)
+    replace_value(graph, y, out)  # float readers of y (none but the Q in practice)
     for n in (dq_y, q_y, node):
         graph.remove(n, safe=True)
     if not dq_x.outputs[0].uses() and not dq_x.outputs[0].is_graph_output():
@@ -222,10 +215,7 @@ class AffineRewriter:
             self._activation(t.value.name, None)
 
     def finish(self) -> ir.Model:
-        graph = self.graph
-        for name, init in list(graph.initializers.items()):  # the float weights the int8 copies replaced
-            if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
-                graph.initializers.pop(name)
+        drop_unused_initializers(self.graph)  # the float weights the int8 copies replaced
         return self.model
 
 

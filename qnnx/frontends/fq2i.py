@@ -34,7 +34,7 @@ from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to
 from qnnx.frontends.onnx_quant import import_onnx
-from qnnx.ir import Builder, const_array, load_model
+from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 
 class Unsupported(Exception):
@@ -215,7 +215,7 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
                 continue
             graph.insert_before(node, b.nodes)
             new.shape = new.shape or node.outputs[0].shape or src.value.shape
-            _replace_value(graph, node.outputs[0], new)
+            replace_value(graph, node.outputs[0], new)
             env[node.outputs[0]] = _typed(Affine(new, target))
             continue
         rule = FQ2I_RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -262,7 +262,7 @@ def _fold_constant_quantize(graph: ir.Graph, node: ir.Node, target: AffineType) 
                           axis=target.axis if target.axis is not None else -1)
     b = Builder(graph, node.name or "quantize")
     folded = b.const(q, "folded")
-    _replace_value(graph, node.outputs[0], folded)
+    replace_value(graph, node.outputs[0], folded)
 
 
 def _with_shapes(m: ir.Model) -> ir.Model:
@@ -284,26 +284,12 @@ def _with_shapes(m: ir.Model) -> ir.Model:
         return m
 
 
-def _replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
-    """Every use of ``old`` moves to ``new``; a graph output keeps its name (``new`` takes it)."""
-    if old.is_graph_output():
-        name = old.name
-        for idx, out in enumerate(list(graph.outputs)):
-            if out is old:
-                graph.outputs[idx] = new
-        old.name = f"{name}_replaced"
-        new.name = name
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=False)
-
-
 def _remove_dead_nodes(graph: ir.Graph) -> None:
     outputs = set(graph.outputs)
     for node in reversed(list(graph)):
         if all(not o.uses() and o not in outputs for o in node.outputs):
             graph.remove(node, safe=True)
-    for name, init in list(graph.initializers.items()):
-        if not init.uses() and init not in outputs and not init.is_graph_input():
-            graph.initializers.pop(name)
+    drop_unused_initializers(graph)
 
 
 def _is_dequantized(v: ir.Value | None) -> bool:

@@ -74,6 +74,25 @@ class Builder:
         return node.outputs[0] if outputs == 1 else tuple(node.outputs)
 
 
+def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
+    """Every use of ``old`` moves to ``new``; a graph output keeps its name (``new`` takes it)."""
+    if old.is_graph_output():
+        name = old.name
+        for idx, out in enumerate(list(graph.outputs)):
+            if out is old:
+                graph.outputs[idx] = new
+        old.name = f"{name}_replaced"
+        new.name = name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=False)
+
+
+def drop_unused_initializers(graph: ir.Graph) -> None:
+    """Remove initializers nothing reads (graph inputs and outputs are kept)."""
+    for name, init in list(graph.initializers.items()):
+        if not init.uses() and not init.is_graph_output() and not init.is_graph_input():
+            graph.initializers.pop(name)
+
+
 def replace_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], new_values) -> None:
     """Put ``new_nodes`` where ``node`` was; its outputs' users (graph outputs included) move to
     ``new_values``, which take over the old names, types and shapes."""

@@ -698,3 +698,18 @@ def test_nearest_resize_shares_its_input_qparams(mode, shared):
     qdq = _quantize(g.model("y"), samples(8, shape=(1, 3, 4, 4))).qdq
     same = np.array_equal(qparams_of(qdq_of(qdq, "c")[0])[0], qparams_of(qdq_of(qdq, "r")[0])[0])
     assert same == shared  # equal qparams around a nearest Resize: ORT runs it on uint8
+
+
+def test_a_division_that_is_the_graph_output_becomes_the_rescaled_output():
+    rng = np.random.default_rng(12)
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(rng, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1], out="c")
+    r = g.node("Relu", [c], name="relu", out="r")
+    g.node("Div", [r, g.const(np.array(6.0, np.float32), "six")], name="div", out="y")
+    model = g.model("y")
+    qdq = _quantize(model, samples(4)).qdq
+    assert [o.name for o in qdq.graph.outputs] == ["y"] and not [n for n in qdq.graph if n.op_type == "Div"]
+    assert qdq.graph.outputs[0].producer().op_type == "DequantizeLinear"
+    x = samples(1, seed=3)[0]
+    assert _cosine(run_ort(model, {"x": x})[0], run_ort(qdq, {"x": x})[0]) > 0.999
