@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
+from qnnx import runtime
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
@@ -71,17 +71,7 @@ def _float_values(model: ir.Model) -> dict[str, tuple[str, bool]]:
 
 
 def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
-    proto = ir.to_proto(model)
-    have = {o.name for o in proto.graph.output}
-    for n in names:
-        if n not in have:
-            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # ORT's own exception types
-        raise QnnxError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0][:300]}") from None
+    return runtime.session(model, outputs=names)
 
 
 def compare_models(float_model, quant_model, data, *, num_samples: int | None = None) -> list[LayerError]:

@@ -6,8 +6,8 @@ import statistics
 import time
 
 import numpy as np
-import onnxruntime as ort
 
+from qnnx import runtime
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
@@ -32,14 +32,7 @@ def median_latency_ms(models: list[str], data=None, *, feed: dict[str, np.ndarra
     feed = feed if feed is not None else _feed(models[0], data)
     sessions = {}
     for path in models:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        try:
-            sessions[path] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        except Exception as e:  # ORT's own exception types
-            raise QnnxError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0][:300]}", where=path) from None
+        sessions[path] = runtime.session(path, threads=threads, where=path)
     for s in sessions.values():
         for _ in range(warmup):
             s.run(None, feed)

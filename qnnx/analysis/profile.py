@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import onnxruntime as ort
 
+from qnnx import runtime
 from qnnx.errors import QnnxError
 
 
@@ -46,18 +46,9 @@ class Profile:
 def profile_model(model_path: str, feed: dict[str, np.ndarray], *, threads: int = 1, runs: int = 10,
                   warmup: int = 3) -> Profile:
     """Run ``model_path`` ``warmup + runs`` times with ORT's profiler on; summarise the timed runs."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     with tempfile.TemporaryDirectory(prefix="qnnx_profile_") as tmp:
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tmp, "ort")
-        try:
-            sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-        except Exception as e:  # ORT's own exception types
-            raise QnnxError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0][:300]}",
-                            where=str(model_path)) from None
+        sess = runtime.session(model_path, threads=threads, profile_prefix=os.path.join(tmp, "ort"),
+                               where=str(model_path))
         for _ in range(warmup + runs):
             sess.run(None, feed)
         with open(sess.end_profiling()) as f:

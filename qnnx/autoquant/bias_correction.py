@@ -15,22 +15,15 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from qnnx import runtime
 from qnnx.ir import const_array
 
 INT32 = np.iinfo(np.int32)
 
 
 def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
-    proto = ir.to_proto(model)
-    have = {o.name for o in proto.graph.output}
-    for n in names:
-        if n not in have:
-            proto.graph.output.add().name = n
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
     # The QDQ graph as written (no fusion), so the tensors fetched are exactly the QDQ meaning.
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return runtime.session(model, outputs=names, optimize=False)
 
 
 def _bias_dequantize(node: ir.Node) -> ir.Node | None:

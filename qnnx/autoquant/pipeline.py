@@ -30,6 +30,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from qnnx import runtime
 from qnnx.autoquant.bias_correction import correct_biases
 from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
@@ -188,24 +189,9 @@ def _run(sess: ort.InferenceSession, names: list[str], feed: dict) -> list:
 
 
 def _session_with_outputs(model: ir.Model, values: list[ir.Value | str]) -> ort.InferenceSession:
-    """An ORT session of ``model`` that also returns ``values`` (values or names; a copy: the caller's
-    model is unchanged)."""
-    proto = ir.to_proto(model)
-    existing = {o.name for o in proto.graph.output}
-    import onnx
-
-    for v in values:
-        name = v if isinstance(v, str) else v.name
-        if name not in existing:
-            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-            existing.add(name)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # e.g. a custom-domain op ORT has no kernel for
-        raise QnnxError(f"ONNX Runtime cannot load the model to calibrate it: {str(e).splitlines()[0][:300]}") \
-            from None
+    """An ORT session of ``model`` that also returns ``values`` (values or names; the caller's model is
+    unchanged)."""
+    return runtime.session(model, outputs=values, purpose=" to calibrate it")
 
 
 @dataclass(frozen=True)
