@@ -417,21 +417,28 @@ def _concat_inputs_take_output_qparams(the_plan: Plan, act_qparams: dict) -> Non
                 act_qparams[v.name] = out
 
 
+def _record_float(the_plan: Plan, reasons: dict[int, str]) -> list[PatternMatch]:
+    """Mark the decision of each ``the_plan.matches[i]`` in ``reasons`` float, with that reason; returns
+    the matches that stay."""
+    by_anchor = {d.node: d for d in the_plan.decisions}
+    for i, why in reasons.items():
+        d = by_anchor.get(_nearest_value(the_plan.matches[i].nodes[0]))
+        if d is not None:
+            d.quantized, d.reason = False, why
+    return [m for i, m in enumerate(the_plan.matches) if i not in reasons]
+
+
 def _checked(the_plan: Plan, act_qparams: dict) -> Plan:
     """Drop the matches whose pattern rejects the calibrated qparams (recorded as float, with why)."""
     by_name = {p.name: p for p in PATTERNS}
-    by_anchor = {d.node: d for d in the_plan.decisions}
-    keep = []
-    for m in the_plan.matches:
+    reasons = {}
+    for i, m in enumerate(the_plan.matches):
         fail = by_name[m.pattern].check(m, act_qparams) if m.pattern in by_name else None
-        if fail is None:
-            keep.append(m)
-            continue
-        d = by_anchor.get(_nearest_value(m.nodes[0]))
-        if d is not None:
-            d.quantized, d.reason = False, f"{m.pattern}: {fail.reason}"
-    if len(keep) == len(the_plan.matches):
+        if fail is not None:
+            reasons[i] = f"{m.pattern}: {fail.reason}"
+    if not reasons:
         return the_plan
+    keep = _record_float(the_plan, reasons)
     return Plan(keep, _share_groups(keep), the_plan.decisions)
 
 
@@ -472,19 +479,15 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     report = QuantReport(the_plan.decisions, seconds, n)
     if config.sqnr_threshold_db is not None:
         scores = pattern_sqnr(float_model, qdq, the_plan.matches, kept, config)
-        keep = []
         by_anchor = {d.node: d for d in report.decisions}
         for i, m in enumerate(the_plan.matches):
             d = by_anchor.get(_nearest_value(m.nodes[0]))
             if d is not None:
                 d.sqnr_db = scores.get(i)
-            if scores.get(i, float("inf")) < config.sqnr_threshold_db:
-                if d is not None:
-                    d.quantized = False
-                    d.reason = f"output SQNR {scores[i]:.1f} dB below {config.sqnr_threshold_db} dB: kept float"
-            else:
-                keep.append(m)
-        if len(keep) != len(the_plan.matches):
+        low = {i: f"output SQNR {sq:.1f} dB below {config.sqnr_threshold_db} dB: kept float"
+               for i, sq in scores.items() if sq < config.sqnr_threshold_db}
+        if low:
+            keep = _record_float(the_plan, low)
             the_plan = Plan(keep, _share_groups(keep), the_plan.decisions)
             qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     keep = {n.name for n in float_model.graph
@@ -531,12 +534,5 @@ def _speed_fallback(float_model: ir.Model, the_plan: Plan, act_qparams: dict, qd
         for i, m in enumerate(the_plan.matches):
             if i not in reasons and m.nodes[0].name not in final:
                 reasons[i] = "speed: reads a node left float for speed, so it computes in float too"
-    by_anchor = {d.node: d for d in report.decisions}
-    now_float = set()
-    for i, why in reasons.items():
-        m = the_plan.matches[i]
-        now_float.update(n.name for n in m.nodes)
-        d = by_anchor.get(_nearest_value(m.nodes[0]))
-        if d is not None:
-            d.quantized, d.reason = False, why
-    return choice.model, now_float
+    _record_float(the_plan, reasons)
+    return choice.model, {n.name for i in reasons for n in the_plan.matches[i].nodes}
