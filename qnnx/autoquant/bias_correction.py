@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from qnnx import runtime
+from qnnx import numerics, runtime
 from qnnx.ir import const_array
 
 INT32 = np.iinfo(np.int32)
@@ -81,16 +81,11 @@ def correct_biases(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) ->
 
 
 def _dequantized(dq: ir.Node) -> np.ndarray:
-    q = const_array(dq.inputs[0]).astype(np.float64)
-    scale = np.asarray(const_array(dq.inputs[1]), np.float64)
-    zp = const_array(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else np.zeros(())
-    zp = np.asarray(zp, np.float64)
-    if scale.ndim == 1 and q.ndim > 1:
-        axis = dq.attributes["axis"].value if "axis" in dq.attributes else 1
-        shape = [1] * q.ndim
-        shape[axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape) if zp.ndim == 1 else zp
-    return (q - zp) * scale
+    """The float values a constant DequantizeLinear gives the runtime (ONNX's default axis is 1)."""
+    zp = dq.inputs[2] if len(dq.inputs) > 2 and dq.inputs[2] is not None else None
+    axis = dq.attributes["axis"].value if "axis" in dq.attributes else 1
+    return numerics.dequantize(const_array(dq.inputs[0]), const_array(dq.inputs[1]),
+                               0 if zp is None else const_array(zp), axis=axis).astype(np.float64)
 
 
 def _weight_error(node: ir.Node, dw: np.ndarray, x_mean: np.ndarray) -> np.ndarray | None:
