@@ -266,11 +266,8 @@ class _AllActivationsPattern(Pattern):
 
 
 def _positive_scalar(v: ir.Value | None) -> float | None:
-    c = const_array(v) if v is not None else None
-    if c is None or c.size != 1 or not np.issubdtype(c.dtype, np.floating):
-        return None
-    c = float(c.reshape(()))
-    return c if np.isfinite(c) and c > 0 else None
+    c = _scalar(v)
+    return c if c is not None and np.isfinite(c) and c > 0 else None
 
 
 _SQRT2 = float(np.sqrt(2.0))
