@@ -27,6 +27,11 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
                   and rounded once by the mode (twice for ``tflite``).
 ``"float"``       ``float32(x) * float32(m)`` in float32, then rounded by the
                   mode (the arithmetic of ORT's QLinear kernels).
+``"mlas"``        add, mul, softmax and avg_pool only: ONNX Runtime's QLinearAdd /
+                  QLinearMul / QLinearSoftmax / QLinearAveragePool float32 recipes on x86-64, step by step
+                  (:mod:`qnnx.numerics_mlas`), so an ORT-quantized model converts to a
+                  canonical model that computes what ORT computes. 8-bit, per-tensor,
+                  ``half_even`` only, as in ORT.
 ``"qdq"``         requantize and concat only: :func:`dequantize` then :func:`quantize`,
                   ``round(float32(float32(x - zi) * si) / so)`` — what a DequantizeLinear ->
                   QuantizeLinear pair computes. It differs from ``"float"`` where the two float32
@@ -41,6 +46,7 @@ from typing import Literal
 
 import numpy as np
 
+from qnnx import numerics_mlas
 from qnnx.dtypes import IntType, as_int64, int_type
 from qnnx.errors import QnnxError
 
@@ -49,6 +55,9 @@ Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
 REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq")
+BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
+SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas")
+AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")
 
 MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
@@ -64,9 +73,9 @@ def check_rounding(rounding: str) -> str:
     return rounding
 
 
-def check_compute(compute: str) -> str:
-    if compute not in COMPUTE_MODES:
-        raise QnnxError(f"unknown compute {compute!r}; expected one of {', '.join(COMPUTE_MODES)}")
+def check_compute(compute: str, modes: tuple[str, ...] = COMPUTE_MODES) -> str:
+    if compute not in modes:
+        raise QnnxError(f"unknown compute {compute!r}; expected one of {', '.join(modes)}")
     return compute
 
 
@@ -413,10 +422,13 @@ def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     scale, summed, then rescaled to the output. float:
     ``round(f32(a') * f32(sa/sy) +- f32(b') * f32(sb/sy))`` in float32.
     """
+    if check_compute(compute, COMPUTE_MODES if subtract else BINARY_COMPUTE_MODES) == "mlas":
+        return _mlas_binary("add", a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+                            out_dtype, rounding)
     o, ta, tb, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                                      y_zero_point, axis, out_dtype)
     sign = -1 if subtract else 1
-    if check_compute(compute) == "float":
+    if compute == "float":
         check_rounding(rounding)
         fa = o["a"].astype(np.float32) * requantize_multiplier(o["sa"], o["sy"]).astype(np.float32)
         fb = o["b"].astype(np.float32) * requantize_multiplier(o["sb"], o["sy"]).astype(np.float32)
@@ -437,11 +449,44 @@ def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     The product is exact in a 33-bit accumulator (two centered 16-bit operands
     need it; for 8-bit operands this is TFLite's int32 arithmetic unchanged).
     """
+    if check_compute(compute, BINARY_COMPUTE_MODES) == "mlas":
+        return _mlas_binary("mul", a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+                            out_dtype, rounding)
     o, _, _, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                                    y_zero_point, axis, out_dtype)
     r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute,
                         acc_bits=MUL_ACC_BITS)
     return saturate(r + o["zy"], ty)
+
+
+def per_tensor_8bit(name: str, t: IntType, scale, zero_point) -> tuple[np.float32, int]:
+    s, z = check_scale(scale, f"{name}_scale"), check_zero_point(zero_point, t, f"{name}_zero_point")
+    if s.size != 1 or z.size != 1:
+        raise QnnxError(f"compute='mlas' needs a per-tensor {name}_scale and {name}_zero_point (as ONNX Runtime)")
+    if t.bits != 8:
+        raise QnnxError(f"compute='mlas' takes 8-bit {name}, got {t.name} (ONNX Runtime's QLinear kernels do)")
+    return np.float32(s.reshape(())), int(z.reshape(()))
+
+
+def _mlas_binary(op: str, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+                 out_dtype: str, rounding: str) -> np.ndarray:
+    """ORT's QLinearAdd / QLinearMul (:mod:`qnnx.numerics_mlas`), checked and saturated."""
+    if check_rounding(rounding) != "half_even":
+        raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's cvtps); got rounding=" + repr(rounding))
+    a, b = np.asarray(a), np.asarray(b)
+    ty = int_type(out_dtype)
+    (sa, za), (sb, zb) = (per_tensor_8bit(n, int_type(v.dtype), s, z) for n, v, s, z in
+                          (("a", a, a_scale, a_zero_point), ("b", b, b_scale, b_zero_point)))
+    sy, zy = per_tensor_8bit("y", ty, y_scale, y_zero_point)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise QnnxError(f"inputs of shapes {a.shape} and {b.shape} do not broadcast") from None
+    if op == "mul":
+        v = numerics_mlas.mul(a, b, sa, za, sb, zb, sy, zy)
+    else:
+        v = numerics_mlas.add(a, b, sa, za, sb, zb, sy, zy, numerics_mlas.span_kind(a.shape, b.shape))
+    return saturate(_float_to_int64(np.rint(np.broadcast_to(v, shape))), ty)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -457,8 +502,9 @@ def softmax_exp_table(x_scale, bits: int) -> np.ndarray:
 
 
 def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, out_dtype: str = "uint8",
-            rounding: str = "half_even") -> np.ndarray:
-    """Quantized softmax, exact and reproducible on any runtime.
+            rounding: str = "half_even", compute: str = "exact") -> np.ndarray:
+    """Quantized softmax, exact and reproducible on any runtime (``compute="exact"``), or ONNX
+    Runtime's QLinearSoftmax recipe (``compute="mlas"``, :func:`qnnx.numerics_mlas.softmax`).
 
     ``d = max(x) - x`` along ``axis`` (the zero point cancels); ``e = T[d]`` with
     the integer table :func:`softmax_exp_table`; ``S = sum(e)`` exactly in int64;
@@ -477,6 +523,12 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     if sy.size != 1 or zy.size != 1:
         raise QnnxError("softmax needs per-tensor output qparams")
     ax = normalize_axis(axis, x.ndim)
+    if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "mlas":
+        per_tensor_8bit("x", t, s, x_zero_point)
+        per_tensor_8bit("y", dtype, sy, zy)
+        if check_rounding(rounding) != "half_even":
+            raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's nearbyintf); got rounding=" + repr(rounding))
+        return saturate(_float_to_int64(numerics_mlas.softmax(x, s, sy, zy, ax)), dtype)
     xi = as_int64(x)
     d = xi.max(axis=ax, keepdims=True) - xi
     e = softmax_exp_table(s, t.bits)[d]

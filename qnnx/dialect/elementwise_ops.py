@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from qnnx import numerics
-from qnnx.dialect.schema import (Attribute, Input, axis_attr, compute_attr, op, out_dtype_attr,
-                                 requantize_compute_attr,
+from qnnx.dialect.schema import (Attribute, Input, axis_attr, binary_compute_attr, compute_attr, op,
+                                 out_dtype_attr, requantize_compute_attr, softmax_compute_attr,
                                  qparam_inputs, rounding_attr)
 from qnnx.dtypes import as_int64, int_type
 from qnnx.errors import QnnxError
@@ -17,7 +17,9 @@ _BINARY_INPUTS = (Input("a", "integer tensor"), *qparam_inputs("a_", "a"),
                   Input("b", "integer tensor (numpy broadcasting with a)"), *qparam_inputs("b_", "b"),
                   *qparam_inputs("y_", "y"))
 _BINARY_ATTRS = (axis_attr(1, "axis of the (broadcast) output that per-axis qparams run along"),
-                 out_dtype_attr(), rounding_attr("tflite"), compute_attr())
+                 out_dtype_attr(), rounding_attr("tflite"), binary_compute_attr())
+# ONNX Runtime has no QLinearSub, so sub has no `mlas` recipe
+_SUB_ATTRS = (*_BINARY_ATTRS[:-1], compute_attr())
 _BINARY_TYPES = "a, b: int8/uint8/int16/uint16; scales float; zero points int32"
 
 
@@ -32,7 +34,7 @@ def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
 
 @op("sub", doc="`y = quantize(real(a) - real(b))`; numerics.add(subtract=True) defines the steps.",
     inputs=_BINARY_INPUTS, outputs=(Input("y", "integer tensor of `out_dtype`"),),
-    attributes=_BINARY_ATTRS, types=_BINARY_TYPES)
+    attributes=_SUB_ATTRS, types=_BINARY_TYPES)
 def sub(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis, out_dtype,
         rounding, compute):
     return (numerics.add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, axis=axis,
@@ -107,8 +109,9 @@ def lut(x, table):
     inputs=(Input("x", "integer tensor (8 or 16 bits)"), *qparam_inputs("x_", "x (per-tensor)"),
             *qparam_inputs("y_", "y (per-tensor)")),
     outputs=(Input("y", "integer tensor of `out_dtype`"),),
-    attributes=(Attribute("axis", int, -1, "softmax axis"), out_dtype_attr(), rounding_attr("half_even")),
+    attributes=(Attribute("axis", int, -1, "softmax axis"), out_dtype_attr(), rounding_attr("half_even"),
+                softmax_compute_attr()),
     types="x: int8/uint8/int16/uint16; scales float; zero points int32")
-def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis, out_dtype, rounding):
+def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis, out_dtype, rounding, compute):
     return (numerics.softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, axis=axis, out_dtype=out_dtype,
-                             rounding=rounding),)
+                             rounding=rounding, compute=compute),)

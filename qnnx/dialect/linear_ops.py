@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qnnx import numerics
-from qnnx.dialect.schema import Attribute, Input, compute_attr, op, qparam_inputs, rounding_attr
+from qnnx import numerics, numerics_mlas
+from qnnx.dialect.schema import Attribute, Input, avg_pool_compute_attr, compute_attr, op, qparam_inputs, rounding_attr
 from qnnx.dialect.windows import window
 from qnnx.dtypes import as_int64, int_type
 from qnnx.errors import QnnxError
@@ -168,7 +168,7 @@ def _shifted(x, x_zero_point):
     inputs=_POOL_QPARAMS, outputs=(Input("y", "integer tensor, x's dtype"),),
     attributes=(*_WINDOW_ATTRS, Attribute("count_include_pad", int, 0, "count padding in the divisor"),
                 Attribute("ceil_mode", int, 0, "only 0 (floor) is supported", (0,)),
-                rounding_attr("tflite"), compute_attr()),
+                rounding_attr("tflite"), avg_pool_compute_attr()),
     types="x: int8/uint8/int16/uint16; scales float; zero points int32")
 def avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, auto_pad, kernel_shape, pads, strides,
              count_include_pad, ceil_mode, rounding, compute):
@@ -176,13 +176,27 @@ def avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, auto_pad, kerne
     if kernel_shape is None:
         raise QnnxError("avg_pool requires kernel_shape")
     win = window(x.shape[2:], kernel_shape, strides, None, pads, auto_pad)
-    sums = sum(view for _, view in win.taps(win.padded(xs)))
     if count_include_pad or not any(win.pads):
         count = np.float64(np.prod(win.kernel))
     else:
         ones = np.ones((1, 1, *x.shape[2:]), dtype=np.int64)
         count = sum(view for _, view in win.taps(win.padded(ones)))
+    if numerics.check_compute(compute, numerics.AVG_POOL_COMPUTE_MODES) == "mlas":
+        return (_avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding),)
+    sums = sum(view for _, view in win.taps(win.padded(xs)))
     return (_pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, compute),)
+
+
+def _avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding):
+    """ORT's QLinearAveragePool (numerics_mlas.average_pool), 8-bit and per-tensor as ORT."""
+    t = int_type(x.dtype)
+    sx, _ = numerics.per_tensor_8bit("x", t, x_scale, 0)
+    sy, zy = numerics.per_tensor_8bit("y", t, y_scale, y_zero_point)
+    if numerics.check_rounding(rounding) != "half_even":
+        raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's nearbyintf); got rounding=" + repr(rounding))
+    real = win.padded(xs).astype(np.float32) * sx  # ORT dequantizes the whole input first
+    v = numerics_mlas.average_pool((view for _, view in win.taps(real)), count, sy, zy)
+    return numerics.saturate(np.rint(v).astype(np.int64), t)
 
 
 @op("global_avg_pool", doc="Integer global average pooling over all spatial dims: " + _POOL_DOC + ".",

@@ -14,7 +14,8 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnx.errors import QnnxError
-from qnnx.numerics import COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES
+from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
+                            SOFTMAX_COMPUTE_MODES)
 
 DOMAIN = "qnnx"
 VERSION = 1
@@ -121,6 +122,21 @@ def rounding_attr(default: str) -> Attribute:
 
 def compute_attr() -> Attribute:
     return Attribute("compute", str, "fixed_point", "Q31 fixed point or float32 multiplier", COMPUTE_MODES)
+
+
+def avg_pool_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `mlas`: ONNX "
+                     "Runtime's QLinearAveragePool float32 recipe (8-bit, per-tensor)", AVG_POOL_COMPUTE_MODES)
+
+
+def binary_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multipliers, or `mlas`: ONNX "
+                     "Runtime's own QLinearAdd/QLinearMul float32 recipe (8-bit, per-tensor)", BINARY_COMPUTE_MODES)
+
+
+def softmax_compute_attr() -> Attribute:
+    return Attribute("compute", str, "exact", "`exact` (integer exp table) or `mlas`: ONNX Runtime's "
+                     "QLinearSoftmax float32 recipe (8-bit, per-tensor)", SOFTMAX_COMPUTE_MODES)
 
 
 def requantize_compute_attr() -> Attribute:

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics
+from qnnx import numerics, numerics_mlas
 from qnnx.dialect import DOMAIN
 from qnnx.frontends.affine import Affine, AffineType, requantize_to
 from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
@@ -355,8 +355,29 @@ def _binary(node, ctx, op: str):
     inputs = [a.value, *_qparam_inputs(ctx, a.type, "a"), b.value, *_qparam_inputs(ctx, b.type, "b"),
               *_qparam_inputs(ctx, out, "y")]
     y = ctx.b.op(op, inputs, domain=DOMAIN, axis=axes.pop() if axes else 1, out_dtype=out.dtype.name,
-                 **_FLOAT_ROUNDING)
+                 **_binary_arithmetic(node, op, a, b, out))
     return [Affine(y, out)]
+
+
+def _known_shape(canonical: ir.Value, original: ir.Value) -> bool:
+    """Give ``canonical`` the float value's shape when it has none (FQ2I changes types, not shapes)."""
+    if canonical.shape is None and original.shape is not None:
+        canonical.shape = original.shape
+    return canonical.shape is not None
+
+
+def _binary_arithmetic(node, op: str, a: Affine, b: Affine, out: AffineType) -> dict:
+    """ORT's own QLinearAdd/QLinearMul recipe (``compute="mlas"``) where ORT fuses this op: 8-bit,
+    per-tensor, and input ranks known (the recipe differs when one input is a scalar per span);
+    otherwise a float32 multiplier per input."""
+    if op in ("add", "mul") and all(t.dtype.bits == 8 and t.axis is None for t in (a.type, b.type, out)) and \
+            _known_shape(a.value, node.inputs[0]) and _known_shape(b.value, node.inputs[1]):
+        try:
+            numerics_mlas.span_kind(*([d if isinstance(d, int) else str(d) for d in v.value.shape] for v in (a, b)))
+            return dict(rounding="half_even", compute="mlas")
+        except ValueError:
+            pass
+    return _FLOAT_ROUNDING
 
 
 def _bias_into_accumulator(node, ctx) -> Affine | None:
@@ -448,8 +469,13 @@ def _pool(node, ctx, op: str, **attrs):
     out = ctx.output_type(node.outputs[0])
     if out.axis not in (None, 1) or out.dtype != x.type.dtype:
         raise Unsupported("pooling output must have the input's dtype and per-tensor/per-channel qparams")
+    # ORT's QLinearAveragePool recipe where it applies (8-bit, per-tensor; padding needs static spatial dims)
+    mlas = op == "avg_pool" and x.type.dtype.bits == 8 and x.type.axis is None and out.axis is None and \
+        _known_shape(x.value, node.inputs[0]) and (not any(attrs.get("pads") or ()) and
+                                                   attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") or
+                                                   all(isinstance(d, int) for d in x.value.shape[2:]))
     y = ctx.b.op(op, [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")], domain=DOMAIN,
-                 **attrs, **_FLOAT_ROUNDING)
+                 **attrs, **(dict(rounding="half_even", compute="mlas") if mlas else _FLOAT_ROUNDING))
     return [Affine(y, out)]
 
 
@@ -476,6 +502,11 @@ def _softmax(node, ctx):
     if opset < 13 and not (axis == -1 or (rank is not None and axis % rank == rank - 1)):
         raise Unsupported("opset < 13 Softmax flattens from a non-last axis")
     out = _per_tensor(Affine(node.outputs[0], ctx.output_type(node.outputs[0])), "output").type
+    # ORT's QLinearSoftmax recipe where it applies (8-bit; the lowering needs a static softmax axis)
+    shape = x.value.shape if _known_shape(x.value, node.inputs[0]) else None
+    mlas = x.type.dtype.bits == 8 and out.dtype.bits == 8 and shape is not None and \
+        isinstance(shape[axis % len(shape)], int)
     y = ctx.b.op("softmax", [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")],
-                 domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even")
+                 domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even",
+                 compute="mlas" if mlas else "exact")
     return [Affine(y, out)]

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics
+from qnnx import numerics, numerics_mlas
 from qnnx.dialect import DOMAIN, get_schema
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
@@ -426,7 +426,52 @@ def _binary_params(node: ir.Node, a: dict):
     return xa, xb, ta, tb, ty, p
 
 
+def _mlas_binary_table(node, a, b, op: str) -> ir.Value:
+    """compute="mlas" add/mul as a lookup in the 256 x 256 table of every (a, b) byte pair, filled
+    by numerics itself: ORT's float32 recipe uses fused multiply-adds that ONNX float ops cannot
+    express one rounding at a time, and a table is exact by construction."""
+    xa, xb = node.inputs[0], node.inputs[3]
+    ta, tb, ty = _dtype(xa, "a"), _dtype(xb, "b"), int_type(a["out_dtype"])
+    if ta.bits != 8 or tb.bits != 8:
+        raise QnnxError("compute='mlas' takes 8-bit a and b (as ONNX Runtime's QLinearAdd/QLinearMul)")
+    if xa.shape is None or xb.shape is None:
+        raise QnnxError("compute='mlas' needs the input ranks to tell which ORT kernel runs (scalar or vector span)")
+    dims = [[d if isinstance(d, int) else str(d) for d in v.shape] for v in (xa, xb)]
+    try:
+        kind = numerics_mlas.span_kind(*dims)
+    except ValueError as e:
+        raise QnnxError(f"compute='mlas': {e}") from None
+    names = ("a_scale", "a_zero_point", None, "b_scale", "b_zero_point", "y_scale", "y_zero_point")
+    p = {n: _const(node, i + 1, n) for i, n in enumerate(names) if n}
+    ga, gb = np.meshgrid(np.arange(ta.qmin, ta.qmax + 1), np.arange(tb.qmin, tb.qmax + 1), indexing="ij")
+    ga, gb = ga.astype(ta.numpy), gb.astype(tb.numpy)
+    fn = numerics.add if op == "add" else numerics.mul
+    if op == "add" and kind != "vector":
+        # one span per scalar value: evaluate each row/column with that operand as a 1-element array
+        scalar_is_a = kind == "scalar_a"
+        table = np.empty(ga.shape, np.int64)
+        for i in range(256):
+            if scalar_is_a:
+                table[i, :] = fn(ga[i, :1].reshape(()), p["a_scale"], p["a_zero_point"], gb[i], p["b_scale"],
+                                 p["b_zero_point"], p["y_scale"], p["y_zero_point"], out_dtype=ty.name,
+                                 rounding=a["rounding"], compute="mlas")
+            else:
+                table[:, i] = fn(ga[:, i], p["a_scale"], p["a_zero_point"], gb[:1, i].reshape(()), p["b_scale"],
+                                 p["b_zero_point"], p["y_scale"], p["y_zero_point"], out_dtype=ty.name,
+                                 rounding=a["rounding"], compute="mlas")
+    else:
+        table = fn(ga, p["a_scale"], p["a_zero_point"], gb, p["b_scale"], p["b_zero_point"], p["y_scale"],
+                   p["y_zero_point"], out_dtype=ty.name, rounding=a["rounding"], compute="mlas")
+    ia = b.op("Sub", [b.op("Cast", [xa], to=ir.DataType.INT32), b.const(np.int32(ta.qmin), "a_min")])
+    ib = b.op("Sub", [b.op("Cast", [xb], to=ir.DataType.INT32), b.const(np.int32(tb.qmin), "b_min")])
+    index = b.op("Add", [b.op("Mul", [ia, b.const(np.int32(256), "row")]), ib], hint="pair_index")
+    return b.op("Gather", [b.const(table.reshape(-1).astype(ty.numpy), f"{op}_table"), index], axis=0,
+                hint=f"{op}_mlas")
+
+
 def _lower_add(node, a, b, *, subtract: bool):
+    if a["compute"] == "mlas":
+        return [_mlas_binary_table(node, a, b, "add")]
     xa, xb, ta, tb, ty, p = _binary_params(node, a)
     ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
     cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
@@ -462,6 +507,8 @@ def _sub(node, a, b):
 
 @lower_rule("mul")
 def _mul(node, a, b):
+    if a["compute"] == "mlas":
+        return [_mlas_binary_table(node, a, b, "mul")]
     xa, xb, ta, tb, ty, p = _binary_params(node, a)
     ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
     cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
@@ -516,6 +563,8 @@ def _softmax(node, a, b):
         if s_.size != 1:
             raise QnnxError(f"softmax needs a per-tensor {n}")
     numerics.check_zero_point(zy, out_t, "y_zero_point")
+    if a["compute"] == "mlas":
+        return [_softmax_mlas(node, a, b, t, sx, sy, zy, out_t)]
     f64 = ir.DataType.DOUBLE
     x32 = b.op("Cast", [x], to=ir.DataType.INT32)
     d = b.op("Sub", [la.reduce(b, "ReduceMax", x32, [a["axis"]], "max"), x32], hint="diff_to_max")
@@ -525,6 +574,40 @@ def _softmax(node, a, b):
     v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
     return [_add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)]
+
+
+def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:
+    """numerics_mlas.softmax in ONNX ops: the exp table gathered by the shifted byte, the float32 sum
+    as a running sum in index order, then ``e * floor(1/ys) / sum``."""
+    x = node.inputs[0]
+    if t.bits != 8 or out_t.bits != 8 or np.asarray(zy).size != 1:
+        raise QnnxError("compute='mlas' softmax takes 8-bit input and output with per-tensor qparams")
+    shape = x.shape
+    if shape is None:
+        raise QnnxError("compute='mlas' softmax needs the input rank to lower")
+    ax = numerics.normalize_axis(a["axis"], len(shape))
+    n = shape[ax]
+    if not isinstance(n, int):
+        raise QnnxError(f"compute='mlas' softmax needs a static softmax axis to lower (its exp table depends on "
+                        f"the length), got {n}")
+    table = numerics_mlas.softmax_exp_table(sx, n, t.signed)
+    x32 = b.op("Cast", [x], to=ir.DataType.INT32)
+    top = la.reduce(b, "ReduceMax", x32, [ax], "max")
+    if t.signed:  # uint8(127 - max + x): wraps, as ORT's byte arithmetic does
+        idx = b.op("Mod", [b.op("Add", [b.op("Sub", [x32, top]), b.const(np.int32(127 + 256), "shift")]),
+                           b.const(np.int32(256), "byte")], fmod=0)
+    else:
+        idx = b.op("Add", [b.op("Sub", [x32, top]), b.const(np.int32(255), "shift")])
+    e = b.op("Gather", [b.const(table, "exp_table"), idx], axis=0, hint="exp")
+    # ORT sums in index order in float32; CumSum's running sum is that same sequence of roundings
+    # (ReduceSum's order is the runtime's choice), and its last element is the total
+    running = b.op("CumSum", [e, b.const(np.int64(ax), "softmax_axis")], hint="exp_running_sum")
+    total = b.op("Slice", [running, la.i64(b, [-1], "last"), la.i64(b, [np.iinfo(np.int64).max], "to_end"),
+                           la.i64(b, [ax], "softmax_axes")], hint="exp_sum")
+    inv = np.float32(np.floor(np.float32(1.0) / np.float32(np.asarray(sy).reshape(()))))
+    v = b.op("Div", [b.op("Mul", [e, b.const(inv, "inv_y_scale")]), total], hint="scaled")
+    r = la.float_to_i64(b, la.round_float(b, v, "half_even"))
+    return _add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)
 
 
 # --------------------------------------------------------------------------- normalization
@@ -709,6 +792,8 @@ def _avg_pool(node, a, b):
         raise QnnxError("avg_pool with auto_pad SAME_* needs static spatial dims to lower")
     zx = np.asarray(_const(node, 2, "x_zero_point")).astype(np.int64).reshape(-1)
     numerics.check_zero_point(zx, t, "x_zero_point")
+    if a["compute"] == "mlas":
+        return [_avg_pool_mlas(node, a, b, t, win, shape, zx)]
     attrs = dict(pads=list(win.pads), strides=list(win.strides), group=channels)
     ones = b.const(np.ones((channels, 1, *win.kernel), dtype=np.uint8), "ones_kernel")
     if zx.size == 1:
@@ -726,6 +811,51 @@ def _avg_pool(node, a, b):
     else:
         count = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
     return [_pool_rescale(b, node, la.to_i64(b, sums), count, a["rounding"], a["compute"])]
+
+
+def _avg_pool_mlas(node, a, b, t, win, shape, zx) -> ir.Value:
+    """numerics_mlas.average_pool in ONNX ops: dequantize in float32, zero-pad, add the strided tap
+    slices one at a time in kernel order, divide by the count, then ``y / y_scale + zp``, rounded."""
+    static = all(isinstance(d, int) for d in shape[2:])
+    if not static and any(win.pads):
+        raise QnnxError("avg_pool with compute='mlas' and pads needs static spatial dims to lower")
+    sx, sy, zy = (_const(node, i, n) for i, n in ((1, "x_scale"), (3, "y_scale"), (4, "y_zero_point")))
+    sx, _ = numerics.per_tensor_8bit("x", t, sx, zx)
+    sy, zy = numerics.per_tensor_8bit("y", t, sy, zy)
+    x = node.inputs[0]
+    centered = b.op("Sub", [b.op("Cast", [x], to=ir.DataType.INT32), b.const(np.int32(zx[0]), "x_zero_point")])
+    real = b.op("Mul", [b.op("Cast", [centered], to=ir.DataType.FLOAT), b.const(np.float32(sx), "x_scale")],
+                hint="dequantized")
+    n = len(win.kernel)
+    if any(win.pads):
+        pads = [0, 0, *win.pads[:n], 0, 0, *win.pads[n:]]
+        real = b.op("Pad", [real, la.i64(b, pads, "pads")], mode="constant", hint="padded")
+    axes = la.i64(b, list(range(2, 2 + n)), "spatial_axes")
+    steps = la.i64(b, list(win.strides), "strides")
+    if not static:  # the output size from the run-time input size (no pads here): (d - span) // stride + 1
+        dims = b.op("Slice", [b.op("Shape", [x]), la.i64(b, [2], "from"), la.i64(b, [2 + n], "to")], hint="spatial")
+        span = [(k - 1) * d + 1 for k, d in zip(win.kernel, win.dilations)]
+        last = b.op("Mul", [b.op("Div", [b.op("Sub", [dims, la.i64(b, span, "span")]), steps]), steps],
+                    hint="last_start")  # stride * (out - 1)
+    total = None
+    for idx in np.ndindex(*win.kernel):
+        starts = [k * d for k, d in zip(idx, win.dilations)]
+        if static:
+            ends = la.i64(b, [k * d + s * (o - 1) + 1 for k, d, s, o in
+                              zip(idx, win.dilations, win.strides, win.out)], "tap_end")
+        else:
+            ends = b.op("Add", [last, la.i64(b, [st + 1 for st in starts], "tap_end_offset")], hint="tap_end")
+        tap = b.op("Slice", [real, la.i64(b, starts, "tap_start"), ends, axes, steps], hint="tap")
+        total = tap if total is None else b.op("Add", [total, tap], hint="window_sum")
+    if a["count_include_pad"] or not any(win.pads):
+        count = np.float32(np.prod(win.kernel))
+    else:
+        count = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
+        count = count.astype(np.float32)
+    mean = b.op("Div", [total, b.const(count, "count")], hint="mean")
+    v = b.op("Add", [b.op("Div", [mean, b.const(np.float32(sy), "y_scale")]), b.const(np.float32(zy), "y_zero_point")])
+    r = la.float_to_i64(b, la.round_float(b, v, "half_even"))
+    return la.saturate_cast(b, r, t)
 
 
 # --------------------------------------------------------------------------- driver

@@ -715,10 +715,10 @@ BINARY_CASES = {
 @pytest.mark.parametrize("case", list(BINARY_CASES))
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
 def test_binary(op, case, rng):
-    # qnnx.add/sub/mul into the consumer's qparams (float compute, ties to even). At most 1 LSB from
-    # ORT: with equal input dtypes ORT fuses Add/Mul to com.microsoft QLinearAdd/QLinearMul, whose MLAS
-    # kernels fold the zero points into float offsets and round differently (measured: 1 LSB); Sub, and
-    # mixed dtypes, run in float (dequantize, op, quantize: one float rounding more than qnnx's).
+    # qnnx.add/sub/mul into the consumer's qparams (ties to even). At most 1 LSB from ORT: same-dtype
+    # Add/Mul take ORT's own QLinearAdd/QLinearMul recipe (compute="mlas", exact: see
+    # test_binary_reproduces_ort_kernels); Sub, and mixed dtypes, run in float in ORT (dequantize, op,
+    # quantize: one float rounding more than qnnx's float32 multipliers).
     (da, sa, za), (db, sb, zb), (sy, zy) = BINARY_CASES[case]
     if op == "Mul":
         sy = sa * sb * 40
@@ -728,6 +728,36 @@ def test_binary(op, case, rng):
     m = g.model(g.quantize(g.node(op, [a, b]), sy, zy))
     compare_fq_to_int(m, {"a": ints(rng, da, (2, 3, 4, 5)), "b": ints(rng, db, (3, 1, 5))},
                       ops=[f"qnnx.{op.lower()}"], gone=[op], lsb=1)
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4, 5), (2, 3, 4, 5)), ((1, 3, 4, 5), (1, 3, 1, 1)),
+                                             ((1, 3, 1, 1), (1, 3, 4, 5))])
+def test_binary_reproduces_ort_kernels(op, dtype, a_shape, b_shape, rng):
+    # 8-bit per-tensor Add/Mul: ORT fuses them into QLinearAdd/QLinearMul, and the conversion records
+    # that kernel's own float32 recipe (compute="mlas"): bit-identical to ORT, 1 LSB at most from the
+    # QDQ graph's exact meaning (the recipe's fused multiply-adds round differently).
+    z = (lambda v: dtype(v + 128)) if dtype == U8 else dtype
+    g = QDQ()
+    a = g.dequantize(g.input("a", dtype, a_shape), 0.031, z(3))
+    b = g.dequantize(g.input("b", dtype, b_shape), 0.017, z(-9))
+    m = g.model(g.quantize(g.node(op, [a, b]), 0.043 if op == "Add" else 0.0021, z(5)))
+    converted, _, _ = compare_fq_to_int(m, {"a": ints(rng, dtype, a_shape), "b": ints(rng, dtype, b_shape)},
+                                        ops=[f"qnnx.{op.lower()}"], gone=[op], lsb=0, ref_lsb=1)
+    node = next(n for n in qnnx.ir.to_proto(converted).graph.node if n.op_type == op.lower())
+    assert {a.name: a.s for a in node.attribute}["compute"] == b"mlas"
+
+
+def test_binary_per_axis_keeps_float_multipliers(rng):
+    # ORT's QLinearAdd is per-tensor only; with per-axis qparams the conversion keeps compute="float"
+    g = QDQ()
+    a = g.dequantize(g.input("a", I8, (1, 3, 4)), np.array([0.1, 0.2, 0.3], np.float32), np.zeros(3, I8), axis=1)
+    b = g.dequantize(g.input("b", I8, (1, 3, 4)), 0.05, I8(0))
+    m = g.model(g.quantize(g.node("Add", [a, b]), 0.1, I8(0)))
+    converted, report = convert_qdq(m)
+    node = next(n for n in qnnx.ir.to_proto(converted).graph.node if n.op_type == "add")
+    assert {a.name: a.s for a in node.attribute}["compute"] == b"float"
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub"])

@@ -167,6 +167,44 @@ def test_binary(rounding, compute, op, per_axis, dtypes):
     _compare(m, {"a": a, "b": bb})
 
 
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 4, 3, 3), (2, 4, 3, 3)), ((1, 4, 3, 5), (1, 4, 1, 1)),
+                                             ((1, 4, 1, 1), (1, 4, 3, 5)), ((), (7,))])
+def test_binary_mlas(op, dtype, a_shape, b_shape):
+    # ORT's QLinearAdd/Mul recipe lowers to a 256 x 256 table; each broadcast form has its own table
+    rng = np.random.default_rng(41)
+    a, bb = _rand_int(rng, dtype, a_shape), _rand_int(rng, dtype, b_shape)
+    consts = dict(sa=np.float32(0.031), za=_zps(rng, dtype, 1)[0], sb=np.float32(0.0173), zb=_zps(rng, dtype, 1)[0],
+                  sy=np.float32(0.043), zy=_zps(rng, dtype, 1)[0])
+    m = _model(op, {"a": a, "b": bb}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+               dict(out_dtype=np.dtype(dtype).name, rounding="half_even", compute="mlas"))
+    _compare(m, {"a": a, "b": bb})
+
+
+def test_binary_mlas_needs_8_bits():
+    a = np.zeros((2, 3), np.int16)
+    consts = dict(sa=np.float32(0.1), za=np.int32(0), sb=np.float32(0.1), zb=np.int32(0), sy=np.float32(0.1),
+                  zy=np.int32(0))
+    m = _model("add", {"a": a, "b": a}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+               dict(out_dtype="int16", rounding="half_even", compute="mlas"))
+    with pytest.raises(qnnx.QnnxError, match="8-bit"):
+        lower(m)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("shape,axis", [((2, 16, 5), 1), ((3, 2, 300), -1)])
+def test_softmax_mlas(dtype, shape, axis):
+    # ORT's QLinearSoftmax: float32 exp table, float32 running sum (CumSum), floor(1/y_scale)
+    rng = np.random.default_rng(43)
+    x = _rand_int(rng, dtype, shape)
+    consts = dict(xs=np.float32(0.09), xz=np.int32(_zps(rng, dtype, 1)[0]), ys=np.float32(1 / 256),
+                  yz=np.int32(np.iinfo(dtype).min))
+    m = _model("softmax", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(axis=axis, out_dtype=np.dtype(dtype).name, compute="mlas"))
+    _compare(m, {"x": x})
+
+
 @pytest.mark.parametrize("rounding,compute", MODES)
 @pytest.mark.parametrize("along_concat_axis", [False, True])
 def test_concat(rounding, compute, along_concat_axis):
@@ -193,6 +231,32 @@ def test_avg_pool(rounding, compute, attrs, dtype):
     m = _model("avg_pool", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
                dict(rounding=rounding, compute=compute, **attrs))
     _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 2], strides=[3, 2]),  # PP-OCR rec's pool
+                                   dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_avg_pool_mlas(attrs, dtype):
+    # ORT's QLinearAveragePool: float32 taps summed in kernel order, lowered tap by tap
+    rng = np.random.default_rng(47)
+    x = _rand_int(rng, dtype, (1, 3, 9, 8))
+    consts = dict(xs=np.float32(0.021), xz=np.int32(_zps(rng, dtype, 1)[0]), ys=np.float32(0.017),
+                  yz=np.int32(_zps(rng, dtype, 1)[0]))
+    m = _model("avg_pool", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"],
+               dict(rounding="half_even", compute="mlas", **attrs))
+    _compare(m, {"x": x})
+
+
+def test_avg_pool_mlas_dynamic_spatial_dims():
+    # PP-OCR rec's pool sees run-time heights and widths: tap slices end where the output size says
+    m = _model("avg_pool", {"x": np.zeros((1, 4, 1, 1), np.uint8)}, dict(
+        xs=np.float32(0.021), xz=np.int32(7), ys=np.float32(0.017), yz=np.int32(100)),
+        ["x", "xs", "xz", "ys", "yz"], dict(kernel_shape=[3, 2], strides=[3, 2], rounding="half_even", compute="mlas"))
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "H", "W"
+    for h, w in ((7, 9), (9, 8), (3, 2)):
+        _compare(m, {"x": _rand_int(np.random.default_rng(h), np.uint8, (1, 4, h, w))})
 
 
 @pytest.mark.parametrize("rounding,compute", MODES)
