@@ -39,6 +39,8 @@ def _output_quantum(path: str) -> float | None:
     prod = {o: n for n in g.node for o in n.output}
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
     p = prod.get(g.output[0].name)
+    while p is not None and p.op_type in ("Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose"):
+        p = prod.get(p.input[0])  # data movement after the last DequantizeLinear keeps its quantum
     if p is not None and p.op_type == "DequantizeLinear" and p.input[1] in inits and inits[p.input[1]].size == 1:
         return float(inits[p.input[1]])
     return None
@@ -82,11 +84,15 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=8)
     ap.add_argument("--reuse", action="store_true", help="keep QDQ models already in bench/out (compare converters "
                     "on identical inputs)")
+    ap.add_argument("--configs", nargs="+", default=["per-channel/QInt8", "per-tensor/QUInt8", "per-channel/QUInt8",
+                                                     "per-tensor/QInt8"],
+                    help="weights/activations pairs (ORT quantize_static's per_channel and activation_type)")
     args = ap.parse_args()
     print("| model | weights | activations | float ops left | identical to ORT (fused) | within 1 quantum of ORT "
           "(fused) | of ORT (unfused) | argmax agreement |\n|---|---|---|---|---|---|---|---|", flush=True)
+    configs = [(w == "per-channel", a) for w, a in (c.split("/") for c in args.configs)]
     for name in args.tasks:
-        for per_channel, activation in ((True, "QInt8"), (False, "QUInt8")):
+        for per_channel, activation in configs:
             print(measure(name, per_channel, activation, args.calib, args.eval, args.reuse), flush=True)
 
 

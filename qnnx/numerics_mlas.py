@@ -110,6 +110,10 @@ def softmax(x, x_scale, y_scale, y_zero_point, axis: int) -> np.ndarray:
     uint8: ``e = T[255 - max + x]``; int8: ``e = T[uint8(127 - max + x)]`` (wrapping); the sum of
     ``e`` accumulates in float32 in index order; ``y = f32(f32(e * floor(1 / y_scale)) / sum) + zy``
     — the output scale is used only through ``floor(1 / y_scale)``, computed in float32.
+
+    One deliberate difference: over an axis of length 1 the headroom makes ``e * floor(1/ys)``
+    overflow to inf; this saturates to the largest output (a softmax of one element is 1), where
+    ORT's uint8 kernel converts inf to an integer (undefined in C++) and returns 0.
     """
     x = np.asarray(x)
     signed = bool(np.issubdtype(x.dtype, np.signedinteger))
@@ -122,7 +126,8 @@ def softmax(x, x_scale, y_scale, y_zero_point, axis: int) -> np.ndarray:
     for k in range(e.shape[-1]):  # sequential float32 accumulation, ORT's loop order
         total = (total + e[..., k]).astype(F32)
     inv = F32(np.floor(F32(1.0) / F32(np.asarray(y_scale).reshape(()))))
-    v = ((e * inv).astype(F32) / total[..., None]).astype(F32)
+    with np.errstate(over="ignore"):  # length 1 only: e * inv overflows to inf, which saturates
+        v = ((e * inv).astype(F32) / total[..., None]).astype(F32)
     return np.moveaxis(np.rint(v) + np.int64(np.asarray(y_zero_point).reshape(())), -1, axis)
 
 

@@ -87,21 +87,31 @@ def concat(y_scale, y_zero_point, *inputs, axis, quant_axis, out_dtype, rounding
 
 
 @op("lut", doc="Table lookup `y = table[x - min(dtype of x)]`: the integer form of an elementwise "
-    "nonlinearity (sigmoid, tanh, hardswish, gelu, silu, exp...) built offline for fixed qparams.",
+    "nonlinearity (sigmoid, tanh, hardswish, gelu, silu, exp...) built offline for fixed qparams. A 2-D "
+    "table holds one row per channel along `axis` (a per-channel function such as BatchNormalization): "
+    "`y[.., c, ..] = table[c, x[.., c, ..] - min]`.",
     inputs=(Input("x", "int8/uint8 (or 4-bit) tensor"),
-            Input("table", "1-D of 2**bits(x) entries, the output values")),
+            Input("table", "1-D of 2**bits(x) entries, or 2-D (channels along `axis`) x 2**bits(x)")),
     outputs=(Input("y", "tensor of the table's dtype"),),
-    types="x: int8/uint8/int4/uint4; table: any integer dtype, length 2**bits(x)")
-def lut(x, table):
+    attributes=(Attribute("axis", int, 1, "axis of x the rows of a 2-D table run along"),),
+    types="x: int8/uint8/int4/uint4; table: any integer dtype, last dim 2**bits(x)")
+def lut(x, table, *, axis):
     x = np.asarray(x)
     t = int_type(x.dtype)
     table = np.asarray(table)
     if t.bits > 8:
         raise QnnxError(f"lut input must be 8-bit or narrower, got {t.name}")
-    if table.ndim != 1 or table.size != 1 << t.bits:
-        raise QnnxError(f"lut table must be 1-D with {1 << t.bits} entries for {t.name} input, "
+    if table.ndim not in (1, 2) or table.shape[-1] != 1 << t.bits:
+        raise QnnxError(f"lut table must be 1-D or 2-D with {1 << t.bits} entries per row for {t.name} input, "
                         f"got shape {table.shape}")
-    return (table[as_int64(x) - t.qmin],)
+    idx = as_int64(x) - t.qmin
+    if table.ndim == 1:
+        return (table[idx],)
+    ax = numerics.normalize_axis(axis, x.ndim)
+    if x.shape[ax] != table.shape[0]:
+        raise QnnxError(f"lut table has {table.shape[0]} rows but axis {axis} of x has {x.shape[ax]} channels")
+    rows = np.arange(table.shape[0]).reshape([-1 if i == ax else 1 for i in range(x.ndim)])
+    return (table[rows, idx],)
 
 
 @op("softmax", doc="Quantized softmax along `axis`: differences to the maximum index an integer exp table "

@@ -7,10 +7,12 @@
                                                  -> qnnx.lut (table built offline), consumer's type
     Conv (+bias)                                 -> qnnx.conv, int32 accumulator, scale sx*sw
     ConvTranspose (+bias)                        -> qnnx.conv_transpose (weights per-channel on axis 1)
-    BatchNormalization (inference)               -> depthwise 1x1 qnnx.conv (exact per-channel factor)
+    BatchNormalization (inference)               -> per-channel qnnx.lut (8-bit, ORT's float recipe), else
+                                                 depthwise 1x1 qnnx.conv (exact per-channel factor)
     MatMul, Gemm (+bias)                         -> qnnx.matmul, int32 accumulator, scale sa*sb
     Add(MatMul accumulator, constant bias vector) -> the same qnnx.matmul with the int32 bias
-    Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type
+    Add, Sub, Mul                                -> qnnx.add/sub/mul, consumer's type (Add/Mul with ORT's
+                                                 QLinearAdd/Mul recipe, compute="mlas", where ORT fuses)
     Mul/Div by a positive scalar constant        -> no op: the affine type's scale changes
     Concat                                       -> Concat (equal types) or qnnx.concat
     AveragePool, GlobalAveragePool               -> qnnx.avg_pool / qnnx.global_avg_pool
@@ -26,11 +28,11 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics, numerics_mlas
+from qnnx import numerics
 from qnnx.dialect import DOMAIN
 from qnnx.frontends.affine import Affine, AffineType, requantize_to
 from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
-from qnnx.frontends.tables import ELEMENTWISE, lookup_table
+from qnnx.frontends.tables import ELEMENTWISE, batch_norm_table, lookup_table
 from qnnx.dtypes import int_type
 from qnnx.ir import const_array
 
@@ -259,8 +261,10 @@ def _conv_transpose(node, ctx):
 
 @fq2i_rule("BatchNormalization")
 def _batch_norm(node, ctx):
-    """Inference BatchNormalization is a per-channel ``a * x + b``: a depthwise 1x1 qnnx.conv whose
-    int8 weights are +-127 with per-channel scale ``|a| / 127`` (so ``a`` is exact) and an int32 bias."""
+    """Inference BatchNormalization is a per-channel function of one input value. Between 8-bit
+    per-tensor types it is a per-channel lookup table of ORT's float recipe (exact: what ORT runs, as it
+    does not fuse BatchNormalization in QDQ graphs). Otherwise it is ``a * x + b`` as a depthwise 1x1
+    qnnx.conv whose int8 weights are +-127 with per-channel scale ``|a| / 127`` and an int32 bias."""
     x = _per_tensor(ctx.affine(node.inputs[0]))
     if _attrs(node, "training_mode").get("training_mode", 0) or len(node.outputs) > 1:
         raise Unsupported("training-mode BatchNormalization")
@@ -269,6 +273,13 @@ def _batch_norm(node, ctx):
         raise Unsupported("BatchNormalization parameters are not constants")
     gamma, beta, mean, var = (np.asarray(p, np.float32) for p in params)
     eps = np.float32(_attrs(node, "epsilon").get("epsilon", 1e-5))
+    try:
+        out = ctx.output_type(node.outputs[0])
+    except Unsupported:  # not quantized right after: the accumulator form below still converts
+        out = None
+    if out is not None and out.per_tensor and x.type.dtype.bits == 8 and out.dtype.bits == 8 and gamma.ndim == 1:
+        table = batch_norm_table(x.type, out, gamma, beta, mean, var, eps)
+        return [Affine(ctx.b.op("lut", [x.value, ctx.b.const(table, "bn_table")], domain=DOMAIN, axis=1), out)]
     a = (gamma / np.sqrt(var + eps)).astype(np.float32)
     shift = (beta - mean * a).astype(np.float32)
     rank = ctx.rank(node.inputs[0])
@@ -368,15 +379,11 @@ def _known_shape(canonical: ir.Value, original: ir.Value) -> bool:
 
 def _binary_arithmetic(node, op: str, a: Affine, b: Affine, out: AffineType) -> dict:
     """ORT's own QLinearAdd/QLinearMul recipe (``compute="mlas"``) where ORT fuses this op: 8-bit,
-    per-tensor, and input ranks known (the recipe differs when one input is a scalar per span);
-    otherwise a float32 multiplier per input."""
+    per-tensor, and input ranks known (the lowering tells ORT's scalar-span and vector kernels apart
+    from the shapes, at run time if need be); otherwise a float32 multiplier per input."""
     if op in ("add", "mul") and all(t.dtype.bits == 8 and t.axis is None for t in (a.type, b.type, out)) and \
             _known_shape(a.value, node.inputs[0]) and _known_shape(b.value, node.inputs[1]):
-        try:
-            numerics_mlas.span_kind(*([d if isinstance(d, int) else str(d) for d in v.value.shape] for v in (a, b)))
-            return dict(rounding="half_even", compute="mlas")
-        except ValueError:
-            pass
+        return dict(rounding="half_even", compute="mlas")
     return _FLOAT_ROUNDING
 
 
@@ -502,10 +509,10 @@ def _softmax(node, ctx):
     if opset < 13 and not (axis == -1 or (rank is not None and axis % rank == rank - 1)):
         raise Unsupported("opset < 13 Softmax flattens from a non-last axis")
     out = _per_tensor(Affine(node.outputs[0], ctx.output_type(node.outputs[0])), "output").type
-    # ORT's QLinearSoftmax recipe where it applies (8-bit; the lowering needs a static softmax axis)
+    # ORT's QLinearSoftmax recipe where it applies (8-bit); its table depends on the axis length,
+    # which the lowering reads at run time when the shape does not say
     shape = x.value.shape if _known_shape(x.value, node.inputs[0]) else None
-    mlas = x.type.dtype.bits == 8 and out.dtype.bits == 8 and shape is not None and \
-        isinstance(shape[axis % len(shape)], int)
+    mlas = x.type.dtype.bits == 8 and out.dtype.bits == 8 and (shape is not None or axis < 0)
     y = ctx.b.op("softmax", [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")],
                  domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even",
                  compute="mlas" if mlas else "exact")

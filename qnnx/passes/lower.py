@@ -426,47 +426,76 @@ def _binary_params(node: ir.Node, a: dict):
     return xa, xb, ta, tb, ty, p
 
 
+def _mlas_pair_table(node, a, op: str, kind: str, ta, tb, ty) -> np.ndarray:
+    """numerics' compute="mlas" result for every (a, b) byte pair, as ORT's ``kind`` kernel gives it."""
+    names = ("a_scale", "a_zero_point", None, "b_scale", "b_zero_point", "y_scale", "y_zero_point")
+    p = {n: _const(node, i + 1, n) for i, n in enumerate(names) if n}
+    ga, gb = np.meshgrid(np.arange(ta.qmin, ta.qmax + 1), np.arange(tb.qmin, tb.qmax + 1), indexing="ij")
+    ga, gb = ga.astype(ta.numpy), gb.astype(tb.numpy)
+    fn = numerics.add if op == "add" else numerics.mul
+
+    def call(x, y):
+        return fn(x, p["a_scale"], p["a_zero_point"], y, p["b_scale"], p["b_zero_point"], p["y_scale"],
+                  p["y_zero_point"], out_dtype=ty.name, rounding=a["rounding"], compute="mlas")
+
+    if op == "mul" or kind == "vector":  # mul has one recipe for every broadcast form
+        return call(ga, gb)
+    table = np.empty(ga.shape, np.int64)  # one span per scalar: each row/column with a 0-d operand
+    for i in range(ga.shape[0]):
+        if kind == "scalar_a":
+            table[i, :] = call(ga[i, 0].reshape(()), gb[i])
+        else:
+            table[:, i] = call(ga[:, i], gb[0, i].reshape(()))
+    return table
+
+
+def _runtime_span_kind(b: Builder, xa: ir.Value, xb: ir.Value, rank: int) -> ir.Value:
+    """numerics_mlas.span_kind on the run-time shapes (0 vector, 1 scalar a, 2 scalar b), for ranks
+    known statically and sizes that are not: the innermost dim not 1 on both sides decides."""
+    def dims(v):
+        shape = b.op("Shape", [v])
+        pad = rank - len(v.shape)
+        return b.op("Concat", [la.i64(b, [1] * pad, "ones"), shape], axis=0) if pad else shape
+
+    da, db = dims(xa), dims(xb)
+    one = la.i64(b, [1] * rank, "ones")
+    a1, b1 = b.op("Equal", [da, one]), b.op("Equal", [db, one])
+    per_dim = b.op("Where", [a1, la.i64(b, [1] * rank, "kind_a"),
+                             b.op("Where", [b1, la.i64(b, [2] * rank, "kind_b"), la.i64(b, [0] * rank, "kind_v")])])
+    kind = la.i64(b, 0, "vector")
+    for d in range(rank):  # outer to inner: the innermost deciding dim wins
+        at = la.i64(b, [d], "dim")
+        both = b.op("Squeeze", [b.op("And", [b.op("Gather", [a1, at], axis=0), b.op("Gather", [b1, at], axis=0)])])
+        kind = b.op("Where", [both, kind, b.op("Squeeze", [b.op("Gather", [per_dim, at], axis=0)])])
+    return kind
+
+
 def _mlas_binary_table(node, a, b, op: str) -> ir.Value:
     """compute="mlas" add/mul as a lookup in the 256 x 256 table of every (a, b) byte pair, filled
     by numerics itself: ORT's float32 recipe uses fused multiply-adds that ONNX float ops cannot
-    express one rounding at a time, and a table is exact by construction."""
+    express one rounding at a time, and a table is exact by construction. Add has a second recipe
+    when one input is a scalar per broadcast span; when the shapes do not tell which applies, all
+    three tables go in and the run-time shapes pick one."""
     xa, xb = node.inputs[0], node.inputs[3]
     ta, tb, ty = _dtype(xa, "a"), _dtype(xb, "b"), int_type(a["out_dtype"])
     if ta.bits != 8 or tb.bits != 8:
         raise QnnxError("compute='mlas' takes 8-bit a and b (as ONNX Runtime's QLinearAdd/QLinearMul)")
     if xa.shape is None or xb.shape is None:
         raise QnnxError("compute='mlas' needs the input ranks to tell which ORT kernel runs (scalar or vector span)")
-    dims = [[d if isinstance(d, int) else str(d) for d in v.shape] for v in (xa, xb)]
-    try:
-        kind = numerics_mlas.span_kind(*dims)
-    except ValueError as e:
-        raise QnnxError(f"compute='mlas': {e}") from None
-    names = ("a_scale", "a_zero_point", None, "b_scale", "b_zero_point", "y_scale", "y_zero_point")
-    p = {n: _const(node, i + 1, n) for i, n in enumerate(names) if n}
-    ga, gb = np.meshgrid(np.arange(ta.qmin, ta.qmax + 1), np.arange(tb.qmin, tb.qmax + 1), indexing="ij")
-    ga, gb = ga.astype(ta.numpy), gb.astype(tb.numpy)
-    fn = numerics.add if op == "add" else numerics.mul
-    if op == "add" and kind != "vector":
-        # one span per scalar value: evaluate each row/column with that operand as a 1-element array
-        scalar_is_a = kind == "scalar_a"
-        table = np.empty(ga.shape, np.int64)
-        for i in range(256):
-            if scalar_is_a:
-                table[i, :] = fn(ga[i, :1].reshape(()), p["a_scale"], p["a_zero_point"], gb[i], p["b_scale"],
-                                 p["b_zero_point"], p["y_scale"], p["y_zero_point"], out_dtype=ty.name,
-                                 rounding=a["rounding"], compute="mlas")
-            else:
-                table[:, i] = fn(ga[:, i], p["a_scale"], p["a_zero_point"], gb[:1, i].reshape(()), p["b_scale"],
-                                 p["b_zero_point"], p["y_scale"], p["y_zero_point"], out_dtype=ty.name,
-                                 rounding=a["rounding"], compute="mlas")
-    else:
-        table = fn(ga, p["a_scale"], p["a_zero_point"], gb, p["b_scale"], p["b_zero_point"], p["y_scale"],
-                   p["y_zero_point"], out_dtype=ty.name, rounding=a["rounding"], compute="mlas")
     ia = b.op("Sub", [b.op("Cast", [xa], to=ir.DataType.INT32), b.const(np.int32(ta.qmin), "a_min")])
     ib = b.op("Sub", [b.op("Cast", [xb], to=ir.DataType.INT32), b.const(np.int32(tb.qmin), "b_min")])
     index = b.op("Add", [b.op("Mul", [ia, b.const(np.int32(256), "row")]), ib], hint="pair_index")
-    return b.op("Gather", [b.const(table.reshape(-1).astype(ty.numpy), f"{op}_table"), index], axis=0,
-                hint=f"{op}_mlas")
+    try:
+        kind = "vector" if op == "mul" else numerics_mlas.span_kind(
+            *([d if isinstance(d, int) else str(d) for d in v.shape] for v in (xa, xb)))
+        table = _mlas_pair_table(node, a, op, kind, ta, tb, ty).reshape(-1)
+    except ValueError:
+        kinds = ("vector", "scalar_a", "scalar_b")  # in _runtime_span_kind's numbering
+        table = np.concatenate([_mlas_pair_table(node, a, op, k, ta, tb, ty).reshape(-1) for k in kinds])
+        offset = b.op("Cast", [b.op("Mul", [_runtime_span_kind(b, xa, xb, max(len(xa.shape), len(xb.shape))),
+                                            la.i64(b, 256 * 256, "table_size")])], to=ir.DataType.INT32)
+        index = b.op("Add", [index, offset], hint="pair_index_for_kernel")
+    return b.op("Gather", [b.const(table.astype(ty.numpy), f"{op}_table"), index], axis=0, hint=f"{op}_mlas")
 
 
 def _lower_add(node, a, b, *, subtract: bool):
@@ -548,6 +577,16 @@ def _lut(node, a, b):
     x, table = node.inputs
     t = _dtype(x, "x")
     idx = b.op("Sub", [b.op("Cast", [x], to=ir.DataType.INT32), b.const(np.int32(t.qmin), "dtype_min")], hint="index")
+    rows = const_array(table)
+    if rows is not None and rows.ndim == 2:  # one row per channel: index the flattened table by row * width
+        rank = _rank(x, "x")
+        ax = numerics.normalize_axis(a["axis"], rank)
+        offsets = (np.arange(rows.shape[0], dtype=np.int32) * rows.shape[1]).reshape(
+            [-1 if i == ax else 1 for i in range(rank)])
+        idx = b.op("Add", [idx, b.const(offsets, "row_offset")], hint="row_index")
+        table = b.const(rows.reshape(-1), "flat_table")
+    elif rows is None:
+        raise QnnxError("lut table must be a constant to lower")
     return [b.op("Gather", [table, idx], axis=0, hint="lookup")]
 
 
@@ -583,14 +622,14 @@ def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:
     if t.bits != 8 or out_t.bits != 8 or np.asarray(zy).size != 1:
         raise QnnxError("compute='mlas' softmax takes 8-bit input and output with per-tensor qparams")
     shape = x.shape
-    if shape is None:
-        raise QnnxError("compute='mlas' softmax needs the input rank to lower")
-    ax = numerics.normalize_axis(a["axis"], len(shape))
-    n = shape[ax]
-    if not isinstance(n, int):
-        raise QnnxError(f"compute='mlas' softmax needs a static softmax axis to lower (its exp table depends on "
-                        f"the length), got {n}")
-    table = numerics_mlas.softmax_exp_table(sx, n, t.signed)
+    if shape is None and a["axis"] >= 0:
+        raise QnnxError("compute='mlas' softmax with a non-negative axis needs the input rank to lower")
+    ax = numerics.normalize_axis(a["axis"], len(shape)) if shape is not None else a["axis"]
+    n = shape[ax] if shape is not None else None
+    if isinstance(n, int):
+        table = b.const(numerics_mlas.softmax_exp_table(sx, n, t.signed), "exp_table")
+    else:
+        table = _softmax_mlas_table_at_run_time(b, x, ax, sx, t.signed)
     x32 = b.op("Cast", [x], to=ir.DataType.INT32)
     top = la.reduce(b, "ReduceMax", x32, [ax], "max")
     if t.signed:  # uint8(127 - max + x): wraps, as ORT's byte arithmetic does
@@ -598,7 +637,7 @@ def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:
                            b.const(np.int32(256), "byte")], fmod=0)
     else:
         idx = b.op("Add", [b.op("Sub", [x32, top]), b.const(np.int32(255), "shift")])
-    e = b.op("Gather", [b.const(table, "exp_table"), idx], axis=0, hint="exp")
+    e = b.op("Gather", [table, idx], axis=0, hint="exp")
     # ORT sums in index order in float32; CumSum's running sum is that same sequence of roundings
     # (ReduceSum's order is the runtime's choice), and its last element is the total
     running = b.op("CumSum", [e, b.const(np.int64(ax), "softmax_axis")], hint="exp_running_sum")
@@ -608,6 +647,28 @@ def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:
     v = b.op("Div", [b.op("Mul", [e, b.const(inv, "inv_y_scale")]), total], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, "half_even"))
     return _add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)
+
+
+def _softmax_mlas_table_at_run_time(b: Builder, x: ir.Value, ax: int, sx, signed: bool) -> ir.Value:
+    """numerics_mlas.softmax_exp_table for an axis length known only at run time, with the same
+    double-precision steps (the length sets the table's headroom, as in ORT). Exact where this
+    runtime's double Log/Exp agree with numpy's to within the margin that rounding to float32 hides;
+    a last-bit difference there could move one table entry by one float32 ulp."""
+    f64 = ir.DataType.DOUBLE
+    length = b.op("Cast", [b.op("Gather", [b.op("Shape", [x]), b.const(np.int64(ax), "axis_index")], axis=0)],
+                  to=f64, hint="axis_length")
+    s = np.float64(np.float32(np.asarray(sx).reshape(())))
+    headroom = b.op("Sub", [b.op("Log", [b.op("Div", [b.const(np.float64(np.finfo(np.float32).max), "flt_max"),
+                                                      length])]), b.const(np.float64(5.0), "reserve")])
+    shift = b.op("Div", [b.op("Max", [headroom, b.const(np.float64(0.0), "zero")]), b.const(s, "x_scale_f64")],
+                 hint="shift")
+    exponent = b.op("Mul", [b.op("Add", [b.const(np.arange(256, dtype=np.float64) - 255.0, "index_minus_255"), shift]),
+                            b.const(s, "x_scale_f64")])
+    values = b.op("Cast", [b.op("Exp", [exponent])], to=ir.DataType.FLOAT, hint="exp_values")
+    if not signed:
+        return values
+    # int8 inputs: entry i sits at byte uint8(i - 128), i.e. byte j holds entry (j + 128) % 256
+    return b.op("Gather", [values, b.const((np.arange(256) + 128) % 256, "signed_order")], axis=0, hint="exp_table")
 
 
 # --------------------------------------------------------------------------- normalization

@@ -383,11 +383,25 @@ def test_lut(xt, tt, rng):
     np.testing.assert_array_equal(run_kernel("lut", x2, table), table[x2.astype(np.int64) - lo])
 
 
+def test_lut_per_channel_rows():
+    # a 2-D table: row c maps the values of channel c (axis 1), e.g. a BatchNormalization
+    rng = np.random.default_rng(3)
+    x = rand_int(rng, "uint8", (2, 3, 4, 5))
+    table = rand_int(rng, "int8", (3, 256))
+    y = run_kernel("lut", x, table, axis=1)
+    for c in range(3):
+        np.testing.assert_array_equal(y[:, c], table[c][x[:, c].astype(np.int64)])
+    y_last = run_kernel("lut", x.transpose(0, 2, 3, 1), table, axis=-1)
+    np.testing.assert_array_equal(y_last, y.transpose(0, 2, 3, 1))
+
+
 def test_lut_errors():
-    with pytest.raises(QnnxError, match="256 entries for int8 input, got shape \\(255,\\)"):
+    with pytest.raises(QnnxError, match="256 entries per row for int8 input, got shape \\(255,\\)"):
         run_kernel("lut", np.zeros(3, np.int8), np.zeros(255, np.int8))
-    with pytest.raises(QnnxError, match="256 entries for uint8"):
+    with pytest.raises(QnnxError, match="256 entries per row for uint8"):
         run_kernel("lut", np.zeros(3, np.uint8), np.zeros((2, 128), np.uint8))
+    with pytest.raises(QnnxError, match="table has 2 rows but axis 1 of x has 3 channels"):
+        run_kernel("lut", np.zeros((1, 3, 2), np.uint8), np.zeros((2, 256), np.uint8), axis=1)
     with pytest.raises(QnnxError, match="8-bit or narrower, got int16"):
         run_kernel("lut", np.zeros(3, np.int16), np.zeros(65536, np.int16))
 

@@ -464,6 +464,36 @@ LUT_CASES = {
 }
 
 
+def _batch_norm_model(dtype, x_axis=None):
+    rng = np.random.default_rng(61)
+    c = 6
+    g = QDQ()
+    z = U8(130) if dtype == U8 else I8(-4)
+    xs = np.linspace(0.02, 0.05, c).astype(np.float32) if x_axis is not None else 0.031
+    x = g.dequantize(g.input("x", dtype, (1, c, 16, 16)), xs, np.full(c, z) if x_axis is not None else z,
+                     axis=x_axis)
+    params = [g.const(v.astype(np.float32)) for v in (rng.uniform(0.3, 2, c) * rng.choice([-1, 1], c),
+                                                      rng.normal(size=c), rng.normal(size=c), rng.uniform(0.2, 3, c))]
+    y = g.node("BatchNormalization", [x, *params], epsilon=1e-3, name="bn")
+    return g.model(g.quantize(y, 0.047, U8(120) if dtype == U8 else I8(3)))
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_batch_norm_is_a_per_channel_table(dtype):
+    # ORT runs BatchNormalization between DQ and Q in float (it has no QLinear form); one row per channel
+    # of its exact float32 recipe makes the converted model bit-identical to ORT. Every input byte is fed.
+    m = _batch_norm_model(dtype)
+    info = np.iinfo(dtype)
+    x = np.broadcast_to(np.arange(info.min, int(info.max) + 1, dtype=dtype).reshape(1, 1, 16, 16), (1, 6, 16, 16))
+    converted, _, _ = compare_fq_to_int(m, {"x": np.ascontiguousarray(x)}, ops=["qnnx.lut"], gone=["BatchNormalization"],
+                                        lsb=0, ref_lsb=1)
+    assert "qnnx.conv" not in op_types(converted)
+
+
+def test_batch_norm_negative_per_axis_input():
+    assert_left_in_float(_batch_norm_model(I8, x_axis=1), "bn", "BatchNormalization", "per-axis")
+
+
 @pytest.mark.parametrize("op", list(LUT_CASES))
 def test_lookup_table(op):
     # qnnx.lut with a table built offline in float32. The input is every value of the 8-bit type, so

@@ -182,6 +182,32 @@ def test_binary_mlas(op, dtype, a_shape, b_shape):
     _compare(m, {"a": a, "b": bb})
 
 
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 4, 3, 5), (1, 4, 3, 5)), ((1, 4, 3, 5), (1, 4, 1, 1)),
+                                             ((1, 4, 1, 1), (1, 4, 3, 5)), ((2, 4, 1, 5), (2, 4, 3, 1))])
+def test_add_mlas_kernel_chosen_at_run_time(a_shape, b_shape):
+    # symbolic sizes: which of ORT's kernels runs (scalar span or vector) is read from the run-time shapes
+    from qnnx import numerics_mlas
+
+    rng = np.random.default_rng(59)
+    a, bb = _rand_int(rng, np.uint8, a_shape), _rand_int(rng, np.uint8, b_shape)
+    consts = dict(sa=np.float32(0.031), za=np.int32(120), sb=np.float32(0.0173), zb=np.int32(131),
+                  sy=np.float32(0.043), zy=np.int32(128))
+    # plant a byte pair on which the right kernel and a wrong one disagree (a handful of 65536 do)
+    grid = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    recipe = {k: np.rint(numerics_mlas.add(*grid, 0.031, 120, 0.0173, 131, 0.043, 128, k))
+              for k in ("vector", "scalar_a", "scalar_b")}
+    right = numerics_mlas.span_kind(a_shape, b_shape)
+    wrong = [k for k in recipe if k != right]
+    av, bv = np.argwhere((recipe[right] != recipe[wrong[0]]) | (recipe[right] != recipe[wrong[1]]))[0]
+    a[(0,) * a.ndim], bb[(0,) * bb.ndim] = av, bv
+    m = _model("add", {"a": np.zeros((1, 1, 1, 1), np.uint8), "b": np.zeros((1, 1, 1, 1), np.uint8)}, consts,
+               ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], dict(out_dtype="uint8", rounding="half_even", compute="mlas"))
+    for k, v in enumerate(m.graph.input):
+        for i, d in enumerate(v.type.tensor_type.shape.dim):
+            d.dim_param = f"d{k}{i}"
+    _compare(m, {"a": a, "b": bb})
+
+
 def test_binary_mlas_needs_8_bits():
     a = np.zeros((2, 3), np.int16)
     consts = dict(sa=np.float32(0.1), za=np.int32(0), sb=np.float32(0.1), zb=np.int32(0), sy=np.float32(0.1),
@@ -233,6 +259,19 @@ def test_avg_pool(rounding, compute, attrs, dtype):
     _compare(m, {"x": x})
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_softmax_mlas_length_known_at_run_time(dtype):
+    # ORT's exp table depends on the axis length; with no static shape the lowering builds it at run
+    # time in double, as numerics does (tolerance: none; see _softmax_mlas_table_at_run_time)
+    info = np.iinfo(dtype)
+    m = _model("softmax", {"x": np.zeros((2, 1), dtype)}, dict(
+        xs=np.float32(0.042), xz=np.int32(3), ys=np.float32(1 / 255), yz=np.int32(info.min)),
+        ["x", "xs", "xz", "ys", "yz"], dict(axis=-1, out_dtype=np.dtype(dtype).name, compute="mlas"))
+    m.graph.input[0].type.tensor_type.ClearField("shape")
+    for length in (1, 2, 17, 300, 6625):
+        _compare(m, {"x": _rand_int(np.random.default_rng(length), dtype, (2, length))})
+
+
 @pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 2], strides=[3, 2]),  # PP-OCR rec's pool
                                    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                                    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)])
@@ -275,6 +314,15 @@ def test_lut(xdtype, tdtype):
     x = _rand_int(rng, xdtype, (3, 50))
     table = _rand_int(rng, tdtype, (256,))
     m = _model("lut", {"x": x}, dict(table=table), ["x", "table"], {})
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_lut_per_channel(axis):
+    rng = np.random.default_rng(53)
+    x = _rand_int(rng, np.uint8, (2, 3, 4, 5) if axis == 1 else (2, 4, 5, 3))
+    table = _rand_int(rng, np.int8, (3, 256))
+    m = _model("lut", {"x": x}, dict(table=table), ["x", "table"], dict(axis=axis))
     _compare(m, {"x": x})
 
 
