@@ -212,6 +212,75 @@ def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Sim
                      input_specs(float_model))
 
 
+def _batchable(specs, observers) -> bool:
+    """Samples may be concatenated along axis 0: every input's leading dim is dynamic and every
+    observer's statistic is independent of how the data is split."""
+    return all(s.shape is not None and len(s.shape) > 0 and s.shape[0] is None for s in specs) and \
+        all(o.partition_invariant for o in observers)
+
+
+CALIBRATION_BATCH_BYTES = 48 << 20  # fetched activations per batched run
+
+
+def _same_shape_groups(samples, size):
+    """Consecutive samples, up to ``size()`` per group, whose inputs all have equal shapes."""
+    group: list[dict] = []
+    for feed in samples:
+        if group and (len(group) >= size() or any(np.shape(feed[k]) != np.shape(group[0][k]) for k in feed)):
+            yield group
+            group = []
+        group.append(feed)
+    if group:
+        yield group
+
+
+def _calibration_runs(sess, names: list[str], extra: dict, samples, max_batch: int):
+    """``(samples, [outputs of each run])`` over the data. Samples of one shape go into one run, up to
+    ``max_batch`` and :data:`CALIBRATION_BATCH_BYTES` of fetched activations; a first run of two probes
+    that the model keeps samples apart (else one sample per run)."""
+    batch = [min(2, max_batch)]
+    groups = _same_shape_groups(samples, lambda: batch[0])
+
+    def run(group: list[dict]) -> list:
+        feed = group[0] if len(group) == 1 else {k: np.concatenate([f[k] for f in group]) for k in group[0]}
+        return _run(sess, names, {**feed, **extra})
+
+    if max_batch > 1:
+        first = next(groups, None)
+        if first is None:
+            return
+        outs = run(first)
+        if len(first) == 1:
+            yield first, [outs]
+        else:
+            single = run(first[:1])
+            if _batch_matches_sample(outs, single, len(first)):
+                per_sample = max(1, sum(np.asarray(o).nbytes for o in single))
+                batch[0] = max(1, min(max_batch, CALIBRATION_BATCH_BYTES // per_sample))
+                yield first, [outs]
+            else:  # the model mixes samples (or fixes the batch)
+                batch[0] = 1
+                yield first, [single, *(run([f]) for f in first[1:])]
+    # (Running the next batch on a worker thread while the caller observes this one measured 5% faster
+    # on PP-OCR cls at 512 samples, within the noise of this 2-core machine: not done.)
+    for group in groups:
+        yield group, [run(group)]
+
+
+def _batch_matches_sample(batched: list, single: list, count: int) -> bool:
+    """The batched run's first rows are the first sample's own outputs (float tolerance: kernels may
+    block a larger batch differently), and every output grew by the batch: the model keeps samples apart."""
+    for b, s in zip(batched, single):
+        b, s = np.asarray(b), np.asarray(s)
+        if b.ndim == 0 or s.ndim == 0 or b.shape[0] != count * s.shape[0] or b.shape[1:] != s.shape[1:]:
+            return False
+        head = b[:s.shape[0]].astype(np.float64)
+        scale = max(float(np.max(np.abs(s))), 1e-12)
+        if not np.allclose(head, s, rtol=1e-3, atol=1e-4 * scale):
+            return False
+    return True
+
+
 def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: QuantConfig,
               observers: dict | None = None, *, qparams: dict | None = None,
               roots: set | None = None) -> tuple[dict, int, float, list, dict]:
@@ -241,18 +310,22 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
     kept: list[dict] = []  # the first samples, for the fallbacks (the source may be a one-shot iterator)
     n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None or config.bias_correction else 0,
                  1 if config.speed_fallback else 0)
+    max_batch = config.calibration_batch_size if _batchable(specs, observers.values()) else 1
     try:
-        for feed in iter_samples(calibration, specs, config.num_samples, config.seed):
-            if len(kept) < n_kept:
-                kept.append(feed)
-            for (v, r), out in zip(fetch, _run(sess, names, {**feed, **extra})):
-                try:
-                    observers[r].observe(out)
-                except QnnxError as e:
-                    raise e.at(f"tensor {v.name!r} (calibration sample {n})") from None
-            n += 1
-            if n % 8 == 0:
-                _progress(config.progress, n, config.num_samples, started)
+        samples = iter_samples(calibration, specs, config.num_samples, config.seed)
+        for group, runs in _calibration_runs(sess, names, extra, samples, max_batch):
+            kept.extend(group[:max(0, n_kept - len(kept))])
+            for outs in runs:
+                for (v, r), out in zip(fetch, outs):
+                    try:
+                        observers[r].observe(out)
+                    except QnnxError as e:
+                        where = f"calibration sample {n}" if len(group) == 1 else \
+                            f"calibration samples {n}-{n + len(group) - 1}"
+                        raise e.at(f"tensor {v.name!r} ({where})") from None
+            if (n + len(group)) // 8 > n // 8:  # about every 8 samples
+                _progress(config.progress, n + len(group), config.num_samples, started)
+            n += len(group)
     finally:
         if config.progress and n:
             _progress(True, n, config.num_samples, started)

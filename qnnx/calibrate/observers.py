@@ -283,6 +283,9 @@ class Observer:
 
     method: ClassVar[str] = ""
     per_axis: ClassVar[bool] = False
+    # True when observing a concatenation of batches gives the same state as observing them one by
+    # one (the statistic does not depend on how the data is split): callers may then batch samples.
+    partition_invariant: ClassVar[bool] = False
 
     def __init__(self, config: ObserverConfig):
         if not isinstance(config, ObserverConfig):
@@ -394,6 +397,7 @@ class MinMaxObserver(Observer):
     """Running min and max (per channel with ``axis``). Merge is exact: min of mins, max of maxes."""
 
     per_axis = True
+    partition_invariant = True
 
     def __init__(self, config: ObserverConfig):
         super().__init__(config)
@@ -536,6 +540,8 @@ class HistogramObserver(Observer):
 
     A constant tensor (min == max) keeps its exact range: no method clips it.
     """
+
+    partition_invariant = True  # the state depends only on the multiset of values
 
     def __init__(self, config: ObserverConfig):
         super().__init__(config)

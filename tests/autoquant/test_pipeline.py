@@ -513,6 +513,7 @@ def test_num_samples_and_progress(main_float, capsys):
     (dict(weight_dtype="uint8"), "weight_dtype must be one of"),
     (dict(percentile=0), "percentile must be in (0, 100]"),
     (dict(num_samples=0), "num_samples must be >= 1"),
+    (dict(calibration_batch_size=0), "calibration_batch_size must be >= 1"),
     (dict(exclude_nodes="conv1"), "exclude_nodes must be a sequence of names"),
 ])
 def test_config_is_validated(options, message):
@@ -713,3 +714,67 @@ def test_a_division_that_is_the_graph_output_becomes_the_rescaled_output():
     assert qdq.graph.outputs[0].producer().op_type == "DequantizeLinear"
     x = samples(1, seed=3)[0]
     assert _cosine(run_ort(model, {"x": x})[0], run_ort(qdq, {"x": x})[0]) > 0.999
+
+
+def _batch_model(mix: bool = False):
+    """x[N,3,12,12] (dynamic batch) -> conv -> relu -> conv -> y; with ``mix`` the batch mean is
+    added first, so a sample's activations depend on the other samples run with it."""
+    g = Graph()
+    x = g.input("x", ["N", 3, 12, 12])
+    if mix:
+        x = g.node("Add", [x, g.node("ReduceMean", [x], axes=[0], keepdims=1, name="batch_mean")], name="mixed")
+    c = g.node("Conv", [x, g.const(conv_weight(RNG, 6, 3), "w1")], name="conv1", pads=[1, 1, 1, 1])
+    r = g.node("Relu", [c], name="relu1")
+    g.node("Conv", [r, g.const(conv_weight(RNG, 4, 6), "w2")], name="conv2", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
+def _scales_of(qm) -> dict:
+    """Activation scale by quantized value name, from the QDQ model."""
+    return {n.inputs[0].name: n.inputs[1].const_value.numpy() for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
+
+
+def _quantize_counting_runs(model, data, monkeypatch, **cfg):
+    from qnnx.autoquant import pipeline
+
+    runs, real = [], pipeline._run
+    monkeypatch.setattr(pipeline, "_run", lambda s, names, feed: runs.append(feed) or real(s, names, feed))
+    qm = qnnx.quantize(model, data, QuantConfig(progress=False, **cfg))
+    monkeypatch.setattr(pipeline, "_run", real)
+    return qm, runs
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "mse"])
+def test_calibration_batches_samples_into_one_run(method, monkeypatch):
+    # partition-invariant observers see the same values in fewer, larger runs: the same qparams
+    # (float tolerance: ORT may block a batch's convolution differently from one sample's)
+    data = samples(20, shape=(1, 3, 12, 12))
+    model = _batch_model()
+    one, runs_one = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=1)
+    many, runs_many = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=8)
+    assert len(runs_one) == 20
+    assert len(runs_many) == 1 + 1 + 3  # the probe (2 samples, and its first alone), then 8 + 8 + 2
+    assert max(f["x"].shape[0] for f in runs_many) == 8
+    s1, s8 = _scales_of(one), _scales_of(many)
+    assert s1.keys() == s8.keys() and s1
+    for k in s1:
+        np.testing.assert_allclose(s8[k], s1[k], rtol=1e-5, err_msg=k)
+
+
+def test_calibration_does_not_batch_a_model_that_mixes_samples(monkeypatch):
+    data = samples(6, shape=(1, 3, 12, 12))
+    model = _batch_model(mix=True)
+    one, _ = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=1)
+    many, runs = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=8)
+    assert [f["x"].shape[0] for f in runs] == [2, 1, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
+    assert {k: v.tolist() for k, v in _scales_of(many).items()} == {k: v.tolist() for k, v in _scales_of(one).items()}
+
+
+@pytest.mark.parametrize("why,model_fn,cfg", [
+    ("moving average depends on batch boundaries", lambda: _batch_model(), dict(method="moving_average")),
+    ("static batch dim", lambda: main_model(), dict(method="minmax")),
+])
+def test_calibration_keeps_one_sample_per_run(why, model_fn, cfg, monkeypatch):
+    shape = (1, 3, 12, 12) if "moving" in why else (1, 3, 8, 8)
+    _, runs = _quantize_counting_runs(model_fn(), samples(5, shape=shape), monkeypatch, calibration_batch_size=8, **cfg)
+    assert [f["x"].shape[0] for f in runs] == [1] * 5, why
