@@ -219,7 +219,7 @@ def _batchable(specs, observers) -> bool:
         all(o.partition_invariant for o in observers)
 
 
-CALIBRATION_BATCH_BYTES = 48 << 20  # fetched activations per batched run
+CALIBRATION_BATCH_BYTES = 32 << 20  # fetched activations per batched run
 
 
 def _same_shape_groups(samples, size):
@@ -236,33 +236,40 @@ def _same_shape_groups(samples, size):
 
 def _calibration_runs(sess, names: list[str], extra: dict, samples, max_batch: int):
     """``(samples, [outputs of each run])`` over the data. Samples of one shape go into one run, up to
-    ``max_batch`` and :data:`CALIBRATION_BATCH_BYTES` of fetched activations; a first run of two probes
-    that the model keeps samples apart (else one sample per run)."""
-    batch = [min(2, max_batch)]
+    ``max_batch`` and :data:`CALIBRATION_BATCH_BYTES` of fetched activations (measured on the first
+    sample, run alone; ONNX Runtime's arena keeps the largest run's buffers, so a batch is never
+    tried when two samples would exceed the budget). The first batch, of two, probes that the model
+    keeps samples apart; if it does not, every later run takes one sample."""
+    batch = [1]
     groups = _same_shape_groups(samples, lambda: batch[0])
 
     def run(group: list[dict]) -> list:
         feed = group[0] if len(group) == 1 else {k: np.concatenate([f[k] for f in group]) for k in group[0]}
         return _run(sess, names, {**feed, **extra})
 
-    if max_batch > 1:
-        first = next(groups, None)
-        if first is None:
+    first = next(groups, None)
+    if first is None:
+        return
+    single = run(first)
+    yield first, [single]
+    per_sample = max(1, sum(np.asarray(o).nbytes for o in single))
+    cap = min(max_batch, CALIBRATION_BATCH_BYTES // per_sample)
+    if cap >= 2:
+        batch[0] = 2
+        probe = next(groups, None)
+        if probe is None:
             return
-        outs = run(first)
-        if len(first) == 1:
-            yield first, [outs]
+        if len(probe) == 1:  # another shape: no probe possible yet, stay per sample
+            batch[0] = 1
+            yield probe, [run(probe)]
         else:
-            single = run(first[:1])
-            if _batch_matches_sample(outs, single, len(first)):
-                per_sample = max(1, sum(np.asarray(o).nbytes for o in single))
-                batch[0] = max(1, min(max_batch, CALIBRATION_BATCH_BYTES // per_sample))
-                yield first, [outs]
+            outs, alone = run(probe), run(probe[:1])
+            if _batch_matches_sample(outs, alone, len(probe)):
+                batch[0] = cap
+                yield probe, [outs]
             else:  # the model mixes samples (or fixes the batch)
                 batch[0] = 1
-                yield first, [single, *(run([f]) for f in first[1:])]
-    # (Running the next batch on a worker thread while the caller observes this one measured 5% faster
-    # on PP-OCR cls at 512 samples, within the noise of this 2-core machine: not done.)
+                yield probe, [alone, run(probe[1:])]
     for group in groups:
         yield group, [run(group)]
 

@@ -753,8 +753,9 @@ def test_calibration_batches_samples_into_one_run(method, monkeypatch):
     one, runs_one = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=1)
     many, runs_many = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=8)
     assert len(runs_one) == 20
-    assert len(runs_many) == 1 + 1 + 3  # the probe (2 samples, and its first alone), then 8 + 8 + 2
-    assert max(f["x"].shape[0] for f in runs_many) == 8
+    # the first sample alone (its activations' size sets the batch), a probe of two (and its first
+    # sample alone again, to compare), then batches of up to 8
+    assert [f["x"].shape[0] for f in runs_many] == [1, 2, 1, 8, 8, 1]
     s1, s8 = _scales_of(one), _scales_of(many)
     assert s1.keys() == s8.keys() and s1
     for k in s1:
@@ -766,7 +767,7 @@ def test_calibration_does_not_batch_a_model_that_mixes_samples(monkeypatch):
     model = _batch_model(mix=True)
     one, _ = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=1)
     many, runs = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=8)
-    assert [f["x"].shape[0] for f in runs] == [2, 1, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
+    assert [f["x"].shape[0] for f in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
     assert {k: v.tolist() for k, v in _scales_of(many).items()} == {k: v.tolist() for k, v in _scales_of(one).items()}
 
 
@@ -778,3 +779,18 @@ def test_calibration_keeps_one_sample_per_run(why, model_fn, cfg, monkeypatch):
     shape = (1, 3, 12, 12) if "moving" in why else (1, 3, 8, 8)
     _, runs = _quantize_counting_runs(model_fn(), samples(5, shape=shape), monkeypatch, calibration_batch_size=8, **cfg)
     assert [f["x"].shape[0] for f in runs] == [1] * 5, why
+
+
+def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
+    from qnnx.autoquant import pipeline
+
+    # per sample this model fetches 3 activations of 6x12x12 or 4x12x12 floats (~6 KB): a 16 KB budget
+    # fits two samples per run, an 8 KB budget none (no batch is ever tried then)
+    monkeypatch.setattr(pipeline, "CALIBRATION_BATCH_BYTES", 16 << 10)
+    _, runs = _quantize_counting_runs(_batch_model(), samples(7, shape=(1, 3, 12, 12)), monkeypatch,
+                                      method="minmax", calibration_batch_size=8)
+    assert [f["x"].shape[0] for f in runs] == [1, 2, 1, 2, 2]
+    monkeypatch.setattr(pipeline, "CALIBRATION_BATCH_BYTES", 8 << 10)
+    _, runs = _quantize_counting_runs(_batch_model(), samples(4, shape=(1, 3, 12, 12)), monkeypatch,
+                                      method="minmax", calibration_batch_size=8)
+    assert [f["x"].shape[0] for f in runs] == [1, 1, 1, 1]
