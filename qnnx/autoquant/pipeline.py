@@ -250,9 +250,11 @@ def _calibration_runs(sess, names: list[str], extra: dict, samples, max_batch: i
     first = next(groups, None)
     if first is None:
         return
+    # (no run's outputs stay referenced here after their yield: they can be hundreds of MiB)
     single = run(first)
-    yield first, [single]
     per_sample = max(1, sum(np.asarray(o).nbytes for o in single))
+    yield first, [single]
+    del single
     cap = min(max_batch, CALIBRATION_BATCH_BYTES // per_sample)
     if cap >= 2:
         batch[0] = 2
@@ -266,10 +268,15 @@ def _calibration_runs(sess, names: list[str], extra: dict, samples, max_batch: i
             outs, alone = run(probe), run(probe[:1])
             if _batch_matches_sample(outs, alone, len(probe)):
                 batch[0] = cap
+                del alone
                 yield probe, [outs]
+                del outs
             else:  # the model mixes samples (or fixes the batch)
                 batch[0] = 1
-                yield probe, [alone, run(probe[1:])]
+                del outs
+                rest = run(probe[1:])
+                yield probe, [alone, rest]
+                del alone, rest
     for group in groups:
         yield group, [run(group)]
 
@@ -330,6 +337,7 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
                         where = f"calibration sample {n}" if len(group) == 1 else \
                             f"calibration samples {n}-{n + len(group) - 1}"
                         raise e.at(f"tensor {v.name!r} ({where})") from None
+            runs = outs = out = None  # before the next run: one run's activations alive at a time
             if (n + len(group)) // 8 > n // 8:  # about every 8 samples
                 _progress(config.progress, n + len(group), config.num_samples, started)
             n += len(group)
