@@ -99,13 +99,16 @@ def import_(model: Annotated[str, _model("input .onnx file (never modified)")],
 def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never modified)")],
              output: Output,
              strict: Annotated[bool, typer.Option("--strict", help="fail, naming them, if any op stays in float")]
-             = False) -> None:
+             = False,
+             numerics: Annotated[str, typer.Option(
+                 "--numerics", help="onnxruntime: compute what ONNX Runtime computes (its fused kernels' own "
+                 "float32 recipes); qdq: the QDQ graph's runtime-independent meaning")] = "onnxruntime") -> None:
     from qnnx.frontends import convert_qdq
     from qnnx.ir import save_model
     from qnnx.terminal import show_lines
 
     out = _output_path(model, output)
-    m, report = convert_qdq(model, strict=strict)
+    m, report = convert_qdq(model, strict=strict, numerics=numerics)
     save_model(m, out)
     show_lines(f"{report.summary()}\nwrote {out}")
 

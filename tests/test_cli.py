@@ -329,6 +329,35 @@ def test_from_qdq_writes_the_canonical_model(tmp_path, capsys):
     assert "Relu" not in ops and "Clip" in ops and "QuantizeLinear" not in ops
 
 
+def _qdq_add_file(tmp_path):
+    a = onnx.helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 4])
+    init = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+            numpy_helper.from_array(np.float32(0.3), "so")]
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["a", "s", "z"], ["af"]),
+                           helper.make_node("Add", ["af", "af"], ["r"]),
+                           helper.make_node("QuantizeLinear", ["r", "so", "z"], ["y"])], "g", [a], [y], init)
+    src = tmp_path / "qdq_add.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), src)
+    return src
+
+
+@pytest.mark.parametrize("numerics,compute", [(None, b"mlas"), ("onnxruntime", b"mlas"), ("qdq", b"float")])
+def test_from_qdq_numerics(tmp_path, numerics, compute):
+    # the default reproduces ONNX Runtime's QLinearAdd recipe; --numerics qdq keeps the QDQ meaning
+    src = _qdq_add_file(tmp_path)
+    extra = ["--numerics", numerics] if numerics else []
+    assert main(["from-qdq", str(src), "-o", str(tmp_path / "c.onnx"), *extra]) == 0
+    add = [n for n in onnx.load(tmp_path / "c.onnx").graph.node if n.op_type == "add"]
+    assert len(add) == 1 and {a.name: a.s for a in add[0].attribute}["compute"] == compute
+
+
+def test_from_qdq_unknown_numerics_is_one_line(tmp_path, capsys):
+    assert main(["from-qdq", str(_qdq_add_file(tmp_path)), "-o", str(tmp_path / "c.onnx"), "--numerics", "tflite"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown numerics 'tflite'; expected one of onnxruntime, qdq" in err
+
+
 def test_from_qdq_strict_names_the_float_op(tmp_path, capsys):
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4])
     y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 4])
@@ -397,7 +426,7 @@ def test_bare_command_prints_help_and_exits_1(capsys):
 
 
 @pytest.mark.parametrize("command,options", [
-    ("import", ["-o", "--output"]), ("from-qdq", ["-o", "--strict"]), ("lower", ["-o"]),
+    ("import", ["-o", "--output"]), ("from-qdq", ["-o", "--strict", "--numerics"]), ("lower", ["-o"]),
     ("quantize", ["--symmetric", "--asymmetric", "--calib"]), ("inspect", []),
     ("compare", ["--data", "--num-samples", "--top"]), ("bench", ["--data", "--threads", "--repeats"]), ("ops", []),
 ])

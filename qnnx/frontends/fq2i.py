@@ -76,9 +76,13 @@ class Report:
 class Context:
     """What a rule may ask while converting one node."""
 
-    def __init__(self, env: dict[ir.Value, Affine], b: Builder):
+    def __init__(self, env: dict[ir.Value, Affine], b: Builder, numerics: str = "onnxruntime"):
         self.env = env
         self.b = b
+        # "onnxruntime": ops ORT fuses into QLinear kernels (or runs in float, BatchNormalization) take
+        # ORT's own float32 recipe, so the model computes what ORT computes; "qdq": the QDQ graph's
+        # runtime-independent meaning (float32 multipliers, exact softmax, exact depthwise BatchNorm)
+        self.numerics = numerics
 
     def affine(self, v: ir.Value | None, what: str = "input") -> Affine:
         if v is None or v not in self.env:
@@ -185,9 +189,17 @@ def _quantize_type(node: ir.Node) -> AffineType | None:
 # --------------------------------------------------------------------------- driver
 
 
-def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozenset()) -> tuple[ir.Model, Report]:
+NUMERICS = ("onnxruntime", "qdq")
+
+
+def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozenset(),
+            numerics: str = "onnxruntime") -> tuple[ir.Model, Report]:
     """The canonical integer form of a QDQ / QOperator model, and what was converted.
-    Nodes named in ``keep_float`` are never integerized (the user excluded them)."""
+    Nodes named in ``keep_float`` are never integerized (the user excluded them). ``numerics``:
+    ``"onnxruntime"`` reproduces ONNX Runtime's execution of the model (its fused kernels' own float32
+    recipes, ``compute="mlas"``), ``"qdq"`` keeps the QDQ graph's runtime-independent meaning."""
+    if numerics not in NUMERICS:
+        raise QnnxError(f"unknown numerics {numerics!r}; expected one of {', '.join(NUMERICS)}")
     m = import_onnx(_with_shapes(load_model(model)), copy=False)
     graph = m.graph
     env: dict[ir.Value, Affine] = {}
@@ -229,7 +241,7 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
             continue
         b = Builder(graph, node.name or node.op_type)
         try:
-            outs = rule(node, Context(env, b))
+            outs = rule(node, Context(env, b, numerics))
         except Unsupported as e:
             reasons[node] = str(e)
             continue
@@ -338,14 +350,14 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
             report.left_in_float.append((node.name or node.op_type, node.op_type, why))
 
 
-def from_qdq(model, *, strict: bool = False) -> onnx.ModelProto:
+def from_qdq(model, *, strict: bool = False, numerics: str = "onnxruntime") -> onnx.ModelProto:
     """``model`` (QDQ or QOperator, path/ModelProto/ir.Model) in canonical qnnx integer form.
 
     With ``strict=True`` any float op left inside a quantized region is an error naming
     every such op; otherwise they are listed in the model's ``qnnx.left_in_float``
-    metadata (and by :func:`convert`'s report).
+    metadata (and by :func:`convert`'s report). ``numerics``: see :func:`convert`.
     """
-    m, report = convert(model, strict=strict)
+    m, report = convert(model, strict=strict, numerics=numerics)
     m.metadata_props["qnnx.left_in_float"] = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
     return ir.to_proto(m)
 

@@ -274,7 +274,7 @@ def _batch_norm(node, ctx):
     gamma, beta, mean, var = (np.asarray(p, np.float32) for p in params)
     eps = np.float32(_attrs(node, "epsilon").get("epsilon", 1e-5))
     try:
-        out = ctx.output_type(node.outputs[0])
+        out = ctx.output_type(node.outputs[0]) if ctx.numerics == "onnxruntime" else None
     except Unsupported:  # not quantized right after: the accumulator form below still converts
         out = None
     if out is not None and out.per_tensor and x.type.dtype.bits == 8 and out.dtype.bits == 8 and gamma.ndim == 1:
@@ -366,7 +366,7 @@ def _binary(node, ctx, op: str):
     inputs = [a.value, *_qparam_inputs(ctx, a.type, "a"), b.value, *_qparam_inputs(ctx, b.type, "b"),
               *_qparam_inputs(ctx, out, "y")]
     y = ctx.b.op(op, inputs, domain=DOMAIN, axis=axes.pop() if axes else 1, out_dtype=out.dtype.name,
-                 **_binary_arithmetic(node, op, a, b, out))
+                 **_binary_arithmetic(ctx, node, op, a, b, out))
     return [Affine(y, out)]
 
 
@@ -377,11 +377,11 @@ def _known_shape(canonical: ir.Value, original: ir.Value) -> bool:
     return canonical.shape is not None
 
 
-def _binary_arithmetic(node, op: str, a: Affine, b: Affine, out: AffineType) -> dict:
+def _binary_arithmetic(ctx: Context, node, op: str, a: Affine, b: Affine, out: AffineType) -> dict:
     """ORT's own QLinearAdd/QLinearMul recipe (``compute="mlas"``) where ORT fuses this op: 8-bit,
     per-tensor, and input ranks known (the lowering tells ORT's scalar-span and vector kernels apart
     from the shapes, at run time if need be); otherwise a float32 multiplier per input."""
-    if op in ("add", "mul") and all(t.dtype.bits == 8 and t.axis is None for t in (a.type, b.type, out)) and \
+    if ctx.numerics == "onnxruntime" and op in ("add", "mul") and all(t.dtype.bits == 8 and t.axis is None for t in (a.type, b.type, out)) and \
             _known_shape(a.value, node.inputs[0]) and _known_shape(b.value, node.inputs[1]):
         return dict(rounding="half_even", compute="mlas")
     return _FLOAT_ROUNDING
@@ -477,7 +477,7 @@ def _pool(node, ctx, op: str, **attrs):
     if out.axis not in (None, 1) or out.dtype != x.type.dtype:
         raise Unsupported("pooling output must have the input's dtype and per-tensor/per-channel qparams")
     # ORT's QLinearAveragePool recipe where it applies (8-bit, per-tensor; padding needs static spatial dims)
-    mlas = op == "avg_pool" and x.type.dtype.bits == 8 and x.type.axis is None and out.axis is None and \
+    mlas = ctx.numerics == "onnxruntime" and op == "avg_pool" and x.type.dtype.bits == 8 and x.type.axis is None and out.axis is None and \
         _known_shape(x.value, node.inputs[0]) and (not any(attrs.get("pads") or ()) and
                                                    attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") or
                                                    all(isinstance(d, int) for d in x.value.shape[2:]))
@@ -512,7 +512,8 @@ def _softmax(node, ctx):
     # ORT's QLinearSoftmax recipe where it applies (8-bit); its table depends on the axis length,
     # which the lowering reads at run time when the shape does not say
     shape = x.value.shape if _known_shape(x.value, node.inputs[0]) else None
-    mlas = x.type.dtype.bits == 8 and out.dtype.bits == 8 and (shape is not None or axis < 0)
+    mlas = ctx.numerics == "onnxruntime" and x.type.dtype.bits == 8 and out.dtype.bits == 8 and \
+        (shape is not None or axis < 0)
     y = ctx.b.op("softmax", [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")],
                  domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even",
                  compute="mlas" if mlas else "exact")

@@ -518,6 +518,25 @@ def test_batch_norm_is_a_per_channel_table(dtype):
     assert "qnnx.conv" not in op_types(converted)
 
 
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_numerics_qdq_keeps_the_graph_meaning(dtype):
+    # numerics="qdq": no ORT recipe anywhere (add/mul/softmax/pool keep float32 multipliers or exact
+    # forms, BatchNorm the exact depthwise conv), within 1 LSB of the QDQ graph's reference meaning
+    m = _batch_norm_model(dtype)
+    converted, report = convert_qdq(m, numerics="qdq")
+    assert report.left_in_float == []
+    proto = qnnx.ir.to_proto(converted)
+    assert "lut" not in [n.op_type for n in proto.graph.node] and "conv" in [n.op_type for n in proto.graph.node]
+    assert all(a.s != b"mlas" for n in proto.graph.node for a in n.attribute if a.name == "compute")
+    feeds = {"x": ints(np.random.default_rng(3), dtype, (1, 6, 16, 16))}
+    assert lsb_diff(run_ref(converted, feeds)[0], run_ref(m, feeds)[0]) <= 1
+
+
+def test_unknown_numerics_is_refused():
+    with pytest.raises(qnnx.QnnxError, match="unknown numerics 'exact'"):
+        convert_qdq(_batch_norm_model(U8), numerics="exact")
+
+
 def test_batch_norm_negative_per_axis_input():
     assert_left_in_float(_batch_norm_model(I8, x_axis=1), "bn", "BatchNormalization", "per-axis")
 
