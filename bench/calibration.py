@@ -24,6 +24,9 @@ def main() -> None:
     ap.add_argument("--task", default="ppocr_cls")
     ap.add_argument("--samples", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--methods", nargs="+", default=["percentile", "entropy"])
+    ap.add_argument("--ort-chunk", type=int, default=4,
+                    help="ORT's CalibStridedMinMax (samples per calibration chunk, its memory-saving mode); "
+                         "0: ORT's default, every sample's tensors collected in one pass")
     args = ap.parse_args()
     task = TASKS[args.task]
     OUT.mkdir(exist_ok=True)
@@ -33,7 +36,8 @@ def main() -> None:
         calib = task.calibration(n)
         for method in args.methods:
             ort_name = {"percentile": "Percentile", "entropy": "Entropy"}[method]
-            ot, om = timed_quantize("_ort_quantize", args.task, calib, str(OUT / "cal.ort.onnx"), False, ort_name)
+            ot, om = timed_quantize("_ort_quantize", args.task, calib, str(OUT / "cal.ort.onnx"), False, ort_name,
+                                    args.ort_chunk or n)
             qt, qm = timed_quantize("_qnnx_quantize", str(task.model_path), calib, str(OUT / "cal.qnnx.onnx"), method)
             rows.append(f"| {n} | {method} | {ot:.1f} | {qt:.1f} | {ot / qt:.1f}x | {om:.0f} | {qm:.0f} |")
             print(rows[-1], flush=True)

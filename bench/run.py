@@ -36,12 +36,14 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool = False,
-                  method: str = "MinMax") -> None:
+                  method: str = "MinMax", calib_chunk: int = 4) -> None:
     """ORT's quantize_static with the least pre-processing it needs (bench/baseline_ort.py): QDQ,
-    ``method`` calibration (MinMax by default), u8 activations / s8 weights, per-tensor unless asked."""
+    ``method`` calibration (MinMax by default), u8 activations / s8 weights, per-tensor unless asked,
+    calibration in chunks of ``calib_chunk`` samples."""
     from bench.baseline_ort import ort_quantize_static
 
-    ort_quantize_static(TASKS[task_name], calib, out_path, method=method, per_channel=per_channel)
+    ort_quantize_static(TASKS[task_name], calib, out_path, method=method, per_channel=per_channel,
+                        calib_chunk=calib_chunk)
 
 
 def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None) -> None:
