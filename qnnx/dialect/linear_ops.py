@@ -176,11 +176,7 @@ def avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, auto_pad, kerne
     if kernel_shape is None:
         raise QnnxError("avg_pool requires kernel_shape")
     win = window(x.shape[2:], kernel_shape, strides, None, pads, auto_pad)
-    if count_include_pad or not any(win.pads):
-        count = np.float64(np.prod(win.kernel))
-    else:
-        ones = np.ones((1, 1, *x.shape[2:]), dtype=np.int64)
-        count = sum(view for _, view in win.taps(win.padded(ones)))
+    count = win.divisors(x.shape[2:], count_include_pad)
     if numerics.check_compute(compute, numerics.AVG_POOL_COMPUTE_MODES) == "mlas":
         return (_avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding),)
     sums = sum(view for _, view in win.taps(win.padded(xs)))

@@ -31,6 +31,14 @@ class Window:
                        for k, d, s, o in zip(idx, self.dilations, self.strides, self.out))
             yield idx, xp[(slice(None), slice(None), *sl)]
 
+    def divisors(self, spatial: tuple[int, ...], count_include_pad: bool):
+        """Average pooling's divisor: the window size, or (``count_include_pad`` off, with padding)
+        the number of non-pad elements at each output position, float64 of shape 1 x 1 x out."""
+        if count_include_pad or not any(self.pads):
+            return np.float64(np.prod(self.kernel))
+        ones = np.ones((1, 1, *spatial), dtype=np.int64)
+        return sum(view for _, view in self.taps(self.padded(ones))).astype(np.float64)
+
 
 def window(spatial: tuple[int, ...], kernel, strides, dilations, pads, auto_pad: str) -> Window:
     n = len(spatial)

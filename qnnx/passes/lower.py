@@ -867,11 +867,8 @@ def _avg_pool(node, a, b):
         valid = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
         sums = b.op("Sub", [raw, b.const((zx.reshape(1, -1, *([1] * len(win.kernel))) * valid).astype(np.int32),
                                          "zp_window_sum")])
-    if a["count_include_pad"] or not any(win.pads):
-        count = np.float64(np.prod(win.kernel))
-    else:
-        count = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
-    return [_pool_rescale(b, node, la.to_i64(b, sums), count, a["rounding"], a["compute"])]
+    return [_pool_rescale(b, node, la.to_i64(b, sums), win.divisors(shape[2:], a["count_include_pad"]),
+                          a["rounding"], a["compute"])]
 
 
 def _avg_pool_mlas(node, a, b, t, win, shape, zx) -> ir.Value:
@@ -908,11 +905,7 @@ def _avg_pool_mlas(node, a, b, t, win, shape, zx) -> ir.Value:
             ends = b.op("Add", [last, la.i64(b, [st + 1 for st in starts], "tap_end_offset")], hint="tap_end")
         tap = b.op("Slice", [real, la.i64(b, starts, "tap_start"), ends, axes, steps], hint="tap")
         total = tap if total is None else b.op("Add", [total, tap], hint="window_sum")
-    if a["count_include_pad"] or not any(win.pads):
-        count = np.float32(np.prod(win.kernel))
-    else:
-        count = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
-        count = count.astype(np.float32)
+    count = win.divisors(shape[2:], a["count_include_pad"]).astype(np.float32)  # small integers: exact
     mean = b.op("Div", [total, b.const(count, "count")], hint="mean")
     v = b.op("Add", [b.op("Div", [mean, b.const(np.float32(sy), "y_scale")]), b.const(np.float32(zy), "y_zero_point")])
     r = la.float_to_i64(b, la.round_float(b, v, "half_even"))
