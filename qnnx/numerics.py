@@ -459,6 +459,12 @@ def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     return saturate(r + o["zy"], ty)
 
 
+def check_mlas_rounding(rounding: str) -> None:
+    if check_rounding(rounding) != "half_even":
+        raise QnnxError("compute='mlas' rounds half_even (as ONNX Runtime's kernels do); got rounding="
+                        + repr(rounding))
+
+
 def per_tensor_8bit(name: str, t: IntType, scale, zero_point) -> tuple[np.float32, int]:
     s, z = check_scale(scale, f"{name}_scale"), check_zero_point(zero_point, t, f"{name}_zero_point")
     if s.size != 1 or z.size != 1:
@@ -469,10 +475,10 @@ def per_tensor_8bit(name: str, t: IntType, scale, zero_point) -> tuple[np.float3
 
 
 def _mlas_binary(op: str, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
-                 out_dtype: str, rounding: str) -> np.ndarray:
-    """ORT's QLinearAdd / QLinearMul (:mod:`qnnx.numerics_mlas`), checked and saturated."""
-    if check_rounding(rounding) != "half_even":
-        raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's cvtps); got rounding=" + repr(rounding))
+                 out_dtype: str, rounding: str, kind: str | None = None) -> np.ndarray:
+    """ORT's QLinearAdd / QLinearMul (:mod:`qnnx.numerics_mlas`), checked and saturated. ``kind``:
+    the broadcast kernel ORT runs (:func:`qnnx.numerics_mlas.span_kind`), by default from the shapes."""
+    check_mlas_rounding(rounding)
     a, b = np.asarray(a), np.asarray(b)
     ty = int_type(out_dtype)
     (sa, za), (sb, zb) = (per_tensor_8bit(n, int_type(v.dtype), s, z) for n, v, s, z in
@@ -485,8 +491,19 @@ def _mlas_binary(op: str, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_
     if op == "mul":
         v = numerics_mlas.mul(a, b, sa, za, sb, zb, sy, zy)
     else:
-        v = numerics_mlas.add(a, b, sa, za, sb, zb, sy, zy, numerics_mlas.span_kind(a.shape, b.shape))
+        v = numerics_mlas.add(a, b, sa, za, sb, zb, sy, zy, kind or numerics_mlas.span_kind(a.shape, b.shape))
     return saturate(_float_to_int64(np.rint(np.broadcast_to(v, shape))), ty)
+
+
+def mlas_pair_table(op: str, kind: str, a_dtype: str, a_scale, a_zero_point, b_dtype: str, b_scale, b_zero_point,
+                    y_scale, y_zero_point, out_dtype: str) -> np.ndarray:
+    """``add``/``mul`` with ``compute="mlas"`` for every (a, b) pair of 8-bit values, as ORT's ``kind``
+    broadcast kernel computes them: shape (2**8, 2**8), row ``a - min(a)``, column ``b - min(b)``.
+    (The recipes are elementwise, so one call on the full grid gives every span's values.)"""
+    ta, tb = int_type(a_dtype), int_type(b_dtype)
+    ga, gb = np.meshgrid(np.arange(ta.qmin, ta.qmax + 1), np.arange(tb.qmin, tb.qmax + 1), indexing="ij")
+    return _mlas_binary(op, ga.astype(ta.numpy), a_scale, a_zero_point, gb.astype(tb.numpy), b_scale, b_zero_point,
+                        y_scale, y_zero_point, out_dtype, "half_even", kind)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -526,8 +543,7 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "mlas":
         per_tensor_8bit("x", t, s, x_zero_point)
         per_tensor_8bit("y", dtype, sy, zy)
-        if check_rounding(rounding) != "half_even":
-            raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's nearbyintf); got rounding=" + repr(rounding))
+        check_mlas_rounding(rounding)
         return saturate(_float_to_int64(numerics_mlas.softmax(x, s, sy, zy, ax)), dtype)
     xi = as_int64(x)
     d = xi.max(axis=ax, keepdims=True) - xi

@@ -188,8 +188,7 @@ def _avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding):
     t = int_type(x.dtype)
     sx, _ = numerics.per_tensor_8bit("x", t, x_scale, 0)
     sy, zy = numerics.per_tensor_8bit("y", t, y_scale, y_zero_point)
-    if numerics.check_rounding(rounding) != "half_even":
-        raise QnnxError("compute='mlas' rounds half_even (ONNX Runtime's nearbyintf); got rounding=" + repr(rounding))
+    numerics.check_mlas_rounding(rounding)
     real = win.padded(xs).astype(np.float32) * sx  # ORT dequantizes the whole input first
     v = numerics_mlas.average_pool((view for _, view in win.taps(real)), count, sy, zy)
     return numerics.saturate(np.rint(v).astype(np.int64), t)

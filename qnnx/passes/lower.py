@@ -427,26 +427,12 @@ def _binary_params(node: ir.Node, a: dict):
 
 
 def _mlas_pair_table(node, a, op: str, kind: str, ta, tb, ty) -> np.ndarray:
-    """numerics' compute="mlas" result for every (a, b) byte pair, as ORT's ``kind`` kernel gives it."""
+    """numerics.mlas_pair_table with this node's constant qparams."""
+    numerics.check_mlas_rounding(a["rounding"])
     names = ("a_scale", "a_zero_point", None, "b_scale", "b_zero_point", "y_scale", "y_zero_point")
     p = {n: _const(node, i + 1, n) for i, n in enumerate(names) if n}
-    ga, gb = np.meshgrid(np.arange(ta.qmin, ta.qmax + 1), np.arange(tb.qmin, tb.qmax + 1), indexing="ij")
-    ga, gb = ga.astype(ta.numpy), gb.astype(tb.numpy)
-    fn = numerics.add if op == "add" else numerics.mul
-
-    def call(x, y):
-        return fn(x, p["a_scale"], p["a_zero_point"], y, p["b_scale"], p["b_zero_point"], p["y_scale"],
-                  p["y_zero_point"], out_dtype=ty.name, rounding=a["rounding"], compute="mlas")
-
-    if op == "mul" or kind == "vector":  # mul has one recipe for every broadcast form
-        return call(ga, gb)
-    table = np.empty(ga.shape, np.int64)  # one span per scalar: each row/column with a 0-d operand
-    for i in range(ga.shape[0]):
-        if kind == "scalar_a":
-            table[i, :] = call(ga[i, 0].reshape(()), gb[i])
-        else:
-            table[:, i] = call(ga[:, i], gb[0, i].reshape(()))
-    return table
+    return numerics.mlas_pair_table(op, kind, ta.name, p["a_scale"], p["a_zero_point"], tb.name, p["b_scale"],
+                                    p["b_zero_point"], p["y_scale"], p["y_zero_point"], ty.name)
 
 
 def _runtime_span_kind(b: Builder, xa: ir.Value, xb: ir.Value, rank: int) -> ir.Value:
