@@ -729,11 +729,6 @@ def _batch_model(mix: bool = False):
     return g.model("y")
 
 
-def _scales_of(qm) -> dict:
-    """Activation scale by quantized value name, from the QDQ model."""
-    return {n.inputs[0].name: n.inputs[1].const_value.numpy() for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
-
-
 def _quantize_counting_runs(model, data, monkeypatch, **cfg):
     from qnnx.autoquant import pipeline
 
@@ -756,7 +751,7 @@ def test_calibration_batches_samples_into_one_run(method, monkeypatch):
     # the first sample alone (its activations' size sets the batch), a probe of two (and its first
     # sample alone again, to compare), then batches of up to 8
     assert [f["x"].shape[0] for f in runs_many] == [1, 2, 1, 8, 8, 1]
-    s1, s8 = _scales_of(one), _scales_of(many)
+    s1, s8 = _scales(one.qdq), _scales(many.qdq)
     assert s1.keys() == s8.keys() and s1
     for k in s1:
         np.testing.assert_allclose(s8[k], s1[k], rtol=1e-5, err_msg=k)
@@ -768,7 +763,7 @@ def test_calibration_does_not_batch_a_model_that_mixes_samples(monkeypatch):
     one, _ = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=1)
     many, runs = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=8)
     assert [f["x"].shape[0] for f in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
-    assert {k: v.tolist() for k, v in _scales_of(many).items()} == {k: v.tolist() for k, v in _scales_of(one).items()}
+    assert _scales(many.qdq) == _scales(one.qdq)
 
 
 @pytest.mark.parametrize("why,model_fn,cfg", [
