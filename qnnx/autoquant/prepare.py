@@ -4,6 +4,11 @@
   converter — at the load boundary, before any pass;
 - constant folding and Constant nodes -> initializers (onnxscript's optimizer);
 - BatchNormalization folded into Conv / ConvTranspose / Gemm (onnxscript rewrite rules);
+- LayerNorm spelled out in primitive ops (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div,
+  Mul, Add: exporters for opset < 17, Paddle's) fused into one ``LayerNormalization``, converting the
+  opset to 17 for it: the normalization rule then keeps its input float, so the variance and
+  ``var + eps`` are not quantized (8-bit steps there moved every row's scale), and ONNX Runtime runs one
+  kernel instead of nine ops;
 - ``MatMul(x, W) -> Add(b)`` on 2-D x with constant W and vector b fused into ``Gemm`` (one integer
   op with an int32 bias, instead of a matmul and an add each requantizing);
 - per-output-channel affine ops after a Conv (``Mul`` / ``Add`` by a constant: bias adds, Paddle's
@@ -19,6 +24,7 @@ import onnx.version_converter
 import onnx_ir as ir
 import onnxscript.optimizer
 from onnx_ir.passes.common import ShapeInferencePass
+from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter import rewrite
 from onnxscript.rewriter.rules.common import (fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
                                               fuse_batchnorm_into_gemm_rule)
@@ -27,6 +33,7 @@ from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 MIN_OPSET = 13
+LAYER_NORM_OPSET = 17  # LayerNormalization's first opset
 
 
 def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
@@ -51,6 +58,7 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
         m = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # best effort: rules that need a shape say so
         pass
+    m = fuse_layer_norm(m)
     if fold_affine_into_conv(m.graph):  # a bias Add folded away may have hidden a BatchNorm from its conv
         m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
         fold_affine_into_conv(m.graph)
@@ -58,6 +66,72 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
     return m
+
+
+class _SpelledOutLayerNorm(orp.RewriteRuleClassBase):
+    """``scale * (x - mean) / sqrt(mean((x - mean)^2) + eps) + bias`` over the last axis ->
+    ``LayerNormalization(x, scale, bias, axis=-1, epsilon=eps)``. ReduceMean's axes are an attribute
+    before opset 18 and an input from 18 on; both are accepted and checked to be the last axis only."""
+
+    def pattern(self, op, x, eps, scale, bias):
+        mean = op.ReduceMean(x, _allow_other_inputs=True, _outputs=["mean"])
+        d = op.Sub(x, mean)
+        var = op.ReduceMean(orp.OrValue([op.Pow(d, 2.0), op.Mul(d, d)]), _allow_other_inputs=True, _outputs=["var"])
+        std = op.Sqrt(op.Add(var, eps))
+        normalized = orp.OrValue([op.Div(d, std), op.Mul(d, op.Reciprocal(std))])
+        return op.Add(op.Mul(normalized, scale), bias)
+
+    @staticmethod
+    def _over_last_axis(reduce: ir.Node, rank: int) -> bool:
+        attr = reduce.attributes.get("axes")
+        axes = list(attr.value) if attr is not None else None
+        if axes is None and len(reduce.inputs) > 1 and reduce.inputs[1] is not None:
+            c = const_array(reduce.inputs[1])
+            axes = None if c is None else [int(a) for a in np.asarray(c).reshape(-1)]
+        keep = reduce.attributes.get("keepdims")
+        return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1) and (keep is None or keep.value == 1)
+
+    def check(self, context, x, eps, scale, bias, mean, var, **_):
+        result = orp.MatchResult()
+        if x.dtype not in (ir.DataType.FLOAT, None):
+            return result.fail("input is not float32", x)
+        rank = len(x.shape) if x.shape is not None else 0  # unknown rank: only axes=[-1] is the last axis
+        if not all(self._over_last_axis(v.producer(), rank) for v in (mean, var)):
+            return result.fail("ReduceMean is not over the last axis only", mean)
+        e, s, b = const_array(eps), const_array(scale), const_array(bias)
+        if e is None or e.size != 1 or s is None or b is None or s.ndim > 1 or b.ndim > 1:
+            return result.fail("epsilon, scale or bias is not a constant over the last axis", eps)
+        width = x.shape[-1] if x.shape is not None and isinstance(x.shape[-1], int) else max(s.size, b.size)
+        if s.size not in (1, width) or b.size not in (1, width) or width == 1:
+            return result.fail("scale or bias does not match the last axis", scale)
+        self._eps, self._width = float(e.reshape(())), width
+        return result
+
+    def rewrite(self, op, x, scale, bias, **_):
+        def vector(v: ir.Value) -> ir.Value:  # LayerNormalization wants both over the whole last axis
+            c = const_array(v)
+            if c.shape == (self._width,) and c.dtype == np.float32:
+                return v
+            full = np.broadcast_to(c.reshape(-1), (self._width,)).astype(np.float32)
+            return op.initializer(ir.tensor(full), name=f"{v.name}_over_{x.name}")
+
+        return op.LayerNormalization(x, vector(scale), vector(bias), axis=-1, epsilon=self._eps)
+
+
+def fuse_layer_norm(m: ir.Model) -> ir.Model:
+    """Spelled-out LayerNorms fused (:class:`_SpelledOutLayerNorm`); the opset goes to 17 first when
+    there is one to fuse (ONNX's version converter), else the model comes back as it was."""
+    rules = [_SpelledOutLayerNorm.rule()]
+    if m.opset_imports.get("", 0) >= LAYER_NORM_OPSET:
+        return rewrite(m, pattern_rewrite_rules=rules)
+    probe = rewrite(ir.from_proto(ir.to_proto(m)), pattern_rewrite_rules=rules)
+    if not any(n.op_type == "LayerNormalization" for n in probe.graph):
+        return m
+    try:
+        converted = ir.from_proto(onnx.version_converter.convert_version(ir.to_proto(m), LAYER_NORM_OPSET))
+    except Exception:  # the converter's C++ errors: fusing is an optimization, the model stays as it is
+        return m
+    return rewrite(converted, pattern_rewrite_rules=rules)
 
 
 def _restore_names(graph: ir.Graph, user_names: dict[str, str]) -> None:

@@ -248,3 +248,73 @@ def test_conv_transpose_bias_add_and_the_batchnorm_behind_it_fold_into_it():
     p = prepare(model)
     assert _ops(p) == ["ConvTranspose", "Relu"]
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
+
+
+def _spelled_out_layer_norm(g: Graph, x: str, width: int, *, square: str = "Pow", axes=(-1,), eps=1e-5,
+                            scale=None, bias=None, name: str = "ln") -> str:
+    """Paddle's / old exporters' LayerNorm in primitive ops (ReduceMean with an axes attribute)."""
+    mean = g.node("ReduceMean", [x], name=f"{name}_mean", axes=list(axes))
+    d = g.node("Sub", [x, mean], name=f"{name}_sub")
+    sq = (g.node("Pow", [d, g.const(np.array(2.0, np.float32))], name=f"{name}_pow") if square == "Pow"
+          else g.node("Mul", [d, d], name=f"{name}_sq"))
+    var = g.node("ReduceMean", [sq], name=f"{name}_var", axes=list(axes))
+    std = g.node("Sqrt", [g.node("Add", [var, g.const(np.array(eps, np.float32))], name=f"{name}_eps")],
+                 name=f"{name}_sqrt")
+    n = g.node("Div", [d, std], name=f"{name}_div")
+    s = scale if scale is not None else RNG.uniform(0.5, 1.5, width).astype(np.float32)
+    b = bias if bias is not None else RNG.normal(size=width).astype(np.float32)
+    return g.node("Add", [g.node("Mul", [n, g.const(s)], name=f"{name}_scale"), g.const(b)], name=f"{name}_bias")
+
+
+@pytest.mark.parametrize("square", ["Pow", "Mul"])
+def test_spelled_out_layer_norm_is_fused_and_the_opset_raised_to_17(square):
+    g = Graph(opset=12)
+    x = g.input("x", [2, 5, 8])
+    g.node("Relu", [_spelled_out_layer_norm(g, x, 8, square=square)], name="relu", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert p.opset_imports[""] == 17
+    assert _ops(p) == ["LayerNormalization", "Relu"]
+    ln = p.graph.node(0)
+    assert ln.attributes["axis"].value == -1 and ln.attributes["epsilon"].value == pytest.approx(1e-5)
+    _assert_same_outputs(model, p, {"x": RNG.normal(size=(2, 5, 8)).astype(np.float32) * 3})
+
+
+def test_layer_norm_fusion_broadcasts_a_scalar_scale():
+    g = Graph(opset=17)
+    x = g.input("x", [2, 3, 6])
+    _spelled_out_layer_norm(g, x, 6, scale=np.array([1.7], np.float32), name="y_ln")
+    model = g.model(g.nodes[-1].output[0])
+    p = prepare(model)
+    assert _ops(p) == ["LayerNormalization"]
+    assert p.graph.node(0).inputs[1].const_value.numpy().shape == (6,)
+    _assert_same_outputs(model, p, {"x": RNG.normal(size=(2, 3, 6)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("axes", [(1,), (1, 2)])
+def test_a_mean_over_other_axes_is_not_a_layer_norm(axes):
+    g = Graph(opset=13)
+    x = g.input("x", [2, 4, 4])
+    _spelled_out_layer_norm(g, x, 4, axes=axes)
+    model = g.model(g.nodes[-1].output[0])
+    p = prepare(model)
+    assert "LayerNormalization" not in _ops(p) and p.opset_imports[""] == 13  # nothing fused: opset untouched
+    _assert_same_outputs(model, p, {"x": RNG.normal(size=(2, 4, 4)).astype(np.float32)})
+
+
+def test_fused_layer_norm_input_stays_float_when_quantized():
+    # The normalization rule (autoquant.normalization) now sees the LayerNorm: its variance and
+    # var + eps are no longer quantized, and the residual Add feeding it stays float.
+    g = Graph(opset=12)
+    x = g.input("x", [1, 6, 8])
+    mm = g.node("MatMul", [x, g.const(RNG.normal(size=(8, 8)).astype(np.float32) * 0.3)], name="mm")
+    r = g.node("Add", [mm, x], name="residual")
+    g.node("MatMul", [_spelled_out_layer_norm(g, r, 8), g.const(RNG.normal(size=(8, 4)).astype(np.float32))],
+           name="head", out="y")
+    calib = [RNG.normal(size=(1, 6, 8)).astype(np.float32) for _ in range(4)]
+    q = qnnx.quantize(g.model("y"), calib, QuantConfig(progress=False))
+    d = {x.node: x for x in q.report.decisions}
+    assert not d["residual"].quantized and "LayerNormalization" in d["residual"].reason
+    assert d["head"].quantized
+    quantized_inputs = {n.inputs[0].name for n in q.qdq.graph if n.op_type == "QuantizeLinear"}
+    assert not any("var" in v or "eps" in v for v in quantized_inputs)
