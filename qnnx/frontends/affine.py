@@ -27,8 +27,10 @@ class AffineType:
     def __post_init__(self):
         s = np.asarray(self.scale, dtype=np.float32)
         z = np.asarray(self.zero_point).astype(np.int64)
-        if s.size == 1 and z.size == 1:
-            s, z = s.reshape(()), z.reshape(())
+        # One scale and zero point, or the same ones repeated along an axis (exporters write those to
+        # steer a runtime's kernel choice, qnnx's own QDQ for MaxPool among them): per-tensor.
+        if (s.size == 1 or (s.size > 1 and np.all(s == s.reshape(-1)[0]))) and (z.size == 1 or np.all(z == z.reshape(-1)[0])):
+            s, z = s.reshape(-1)[:1].reshape(()), z.reshape(-1)[:1].reshape(())
             object.__setattr__(self, "axis", None)
         object.__setattr__(self, "scale", s)
         object.__setattr__(self, "zero_point", z)

@@ -207,6 +207,31 @@ def test_data_movement_values_share_the_qparams_of_their_source(main_quantized):
     assert sum(n.op_type == "requantize" for n in can.graph) == 3  # after conv1, conv2, matmul: no others
 
 
+def test_max_pool_reads_its_own_per_channel_dequantize_so_ort_keeps_it_float(main_quantized):
+    # ONNX Runtime drops DQ -> MaxPool -> Q into a slow uint8 MaxPool only for scalar qparams; qnnx's
+    # QDQ gives the MaxPool the same qparams repeated per channel: same numbers, float kernel.
+    qdq = main_quantized.qdq
+    pool = next(n for n in qdq.graph if n.op_type == "MaxPool")
+    dq = pool.inputs[0].producer()
+    assert dq.op_type == "DequantizeLinear" and dq.attributes["axis"].value == 1
+    scale, zp = (dq.inputs[i].const_value.numpy() for i in (1, 2))
+    channels = pool.inputs[0].shape[1]
+    assert scale.shape == zp.shape == (channels,)
+    q = dq.inputs[0].producer()  # the per-tensor qparams the values were quantized with
+    q_scale, q_zp = qparams_of(q)
+    assert np.all(scale == q_scale) and np.all(zp == q_zp)
+    # The same model with a per-tensor DQ there (what ORT would fuse) computes the same bits.
+    proto = ir.to_proto(qdq)
+    node = next(n for n in proto.graph.node if n.name == dq.name)
+    node.input[1], node.input[2] = q.inputs[1].name, q.inputs[2].name
+    del node.attribute[:]
+    x = samples(1, seed=3)[0]
+    np.testing.assert_array_equal(run_ort(qdq, {"x": x})[0], run_ort(proto, {"x": x})[0])
+    # FQ2I reads repeated qparams as per-tensor: no requantize appears around the integer MaxPool.
+    can_pool = next(n for n in main_quantized.canonical.graph if n.op_type == "MaxPool")
+    assert can_pool.inputs[0].producer().op_type != "requantize"
+
+
 def test_the_input_model_file_and_object_are_untouched(tmp_path, main_float):
     path = tmp_path / "float.onnx"
     onnx.save(main_float, path)
