@@ -114,11 +114,19 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             # An excluded node computes in float: its outputs get no quantize (a quantize after it would let
             # a runtime fuse it into an integer kernel anyway), so patterns reading it keep that input float.
             kept_inputs = tuple(t for t in m.inputs if not _from_excluded(t.value, excluded_nodes, config))
-            if len(kept_inputs) != len(m.inputs):
+            reads_float = len(kept_inputs) != len(m.inputs)
+            if reads_float:
                 m = PatternMatch(m.pattern, m.nodes, kept_inputs, m.outputs, m.bias)
             kept = {t.value for t in kept_inputs}
             if any(t.scaled_from is not None and t.scaled_from[0] not in kept for t in m.outputs):
                 reasons.append(f"{m.pattern}: its input comes from a float (excluded) node, nothing to rescale")
+                continue
+            if m.pattern == "concat" and reads_float:
+                # The float input would be quantized by the output's shared scale with its own range
+                # never observed, so the range check (ConcatPattern.check) cannot protect it: YOLOv8n
+                # with its class Sigmoid excluded had every score crushed to 0 by the box coordinates' scale.
+                reasons.append(f"{m.pattern}: an input comes from a float (excluded) node; one shared scale "
+                               "could crush it unseen")
                 continue
             claimed.update(m.nodes)
             matches.append(m)

@@ -329,6 +329,24 @@ def test_excluding_a_fused_activation_is_reported(main_float):
     assert "relu1" in {d.node for d in qm.report.decisions if d.reason == "excluded by the user"}
 
 
+def test_concat_with_an_input_from_an_excluded_node_stays_float():
+    # YOLOv8n's head: box coordinates (hundreds) concatenated with class probabilities (0..1). With the
+    # Sigmoid excluded, its output was never observed, and a quantized Concat crushed every score to 0.
+    g = Graph()
+    big = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3, std=30.0), "w")], name="conv",
+                 pads=[1, 1, 1, 1])
+    sig = g.node("Sigmoid", [g.node("Conv", ["x", g.const(conv_weight(RNG, 2, 3), "w2")], name="conv2",
+                                    pads=[1, 1, 1, 1])], name="sig")
+    g.node("Concat", [big, sig], name="cat", axis=1, out="y")
+    model = g.model("y")
+    qm = _quantize(model, samples(8, (1, 3, 6, 6)), exclude_nodes=("sig",))
+    cat = {d.node: d for d in qm.report.decisions}["cat"]
+    assert not cat.quantized and "excluded" in cat.reason
+    x = samples(1, (1, 3, 6, 6), seed=5)[0]
+    want, got = run_ort(model, {"x": x})[0][:, 4:], run_ort(qm.qdq, {"x": x})[0][:, 4:]
+    np.testing.assert_allclose(got, want, atol=0.05)  # the probabilities survive (quantized: all 0 or one level)
+
+
 def test_exclude_a_node_by_its_name_when_prepare_rewrites_it():
     g = Graph()
     c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w"),
