@@ -74,13 +74,18 @@ def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
     return runtime.session(model, outputs=names)
 
 
-def compare_models(float_model, quant_model, data, *, num_samples: int | None = None) -> list[LayerError]:
-    """Error statistics per tensor present in both models, worst SQNR first (outputs included)."""
+def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
+                   outputs_only: bool = False) -> list[LayerError]:
+    """Error statistics per tensor present in both models, worst SQNR first (outputs included;
+    only the float model's graph outputs with ``outputs_only``)."""
     fm, qm = load_model(float_model), load_model(quant_model)
     from onnx_ir.passes.common import ShapeInferencePass
 
-    fm = ShapeInferencePass(check_type=False, strict_mode=False)(fm).model  # dtypes of intermediate values
+    if not outputs_only:
+        fm = ShapeInferencePass(check_type=False, strict_mode=False)(fm).model  # dtypes of intermediate values
     fv, qv = _float_values(fm), {v.name for n in qm.graph for v in n.outputs} | {v.name for v in qm.graph.outputs}
+    if outputs_only:
+        fv = {n: t for n, t in fv.items() if t[1]}
     common = sorted(n for n in fv if n in qv)
     if not common:
         raise QnnxError("the two models share no tensor names to compare")

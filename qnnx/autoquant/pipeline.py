@@ -32,7 +32,7 @@ import onnxruntime as ort
 
 from qnnx import runtime
 from qnnx.autoquant.bias_correction import correct_biases
-from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
+from qnnx.autoquant.config import Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, patterns_for
@@ -330,8 +330,7 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
     specs = model.specs if isinstance(model, Simulated) else input_specs(model)
     n = 0
     kept: list[dict] = []  # the first samples, for the fallbacks (the source may be a one-shot iterator)
-    n_kept = max(config.fallback_samples if config.sqnr_threshold_db is not None or config.bias_correction else 0,
-                 1 if config.speed_fallback else 0)
+    n_kept = config.fallback_samples  # the fallbacks, and the outputs' agreement with float in the report
     max_batch = config.calibration_batch_size if _batchable(specs, observers.values()) else 1
     try:
         samples = iter_samples(calibration, specs, config.num_samples, config.seed)
@@ -593,7 +592,25 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         keep |= speed_float
     if config.bias_correction:  # last: every re-realization above starts from the uncorrected biases
         correct_biases(float_model, qdq, kept)
+    report.outputs = output_agreement(float_model, qdq, kept)
     return QuantizedModel(qdq, report, frozenset(keep))
+
+
+def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) -> list[OutputAgreement]:
+    """Each graph output of the QDQ model against the float model's on ``samples``: a quantization that
+    went wrong (a method clipping everything, a tensor crushed by a shared scale) shows here, in the
+    report, instead of only in the user's own evaluation."""
+    from qnnx.analysis.compare import compare_models
+
+    if not samples:
+        return []
+    try:
+        errors = compare_models(float_model, qdq, samples, outputs_only=True)
+    except QnnxError:  # a QDQ model ORT cannot run (16-bit types on an old opset...) is still a valid result
+        return []
+    order = {v.name: i for i, v in enumerate(float_model.graph.outputs)}
+    return [OutputAgreement(e.name, e.sqnr_db, e.cosine, len(samples))
+            for e in sorted(errors, key=lambda e: order.get(e.name, len(order)))]
 
 
 def _speed_fallback(float_model: ir.Model, the_plan: Plan, act_qparams: dict, qdq: ir.Model, feed: dict,

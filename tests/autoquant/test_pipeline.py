@@ -41,7 +41,7 @@ def main_float():
 
 @pytest.fixture(scope="module")
 def main_quantized(main_float):
-    """The shared model quantized with the defaults (percentile, uint8, per-channel) on 16 samples."""
+    """The shared model quantized with the defaults (mse, uint8, per-channel) on 16 samples."""
     return qnnx.quantize(main_float, samples(16), QuantConfig(progress=False))
 
 
@@ -230,6 +230,28 @@ def test_max_pool_reads_its_own_per_channel_dequantize_so_ort_keeps_it_float(mai
     # FQ2I reads repeated qparams as per-tensor: no requantize appears around the integer MaxPool.
     can_pool = next(n for n in main_quantized.canonical.graph if n.op_type == "MaxPool")
     assert can_pool.inputs[0].producer().op_type != "requantize"
+
+
+def test_the_report_compares_every_output_with_the_float_model(main_float, main_quantized):
+    (out,) = main_quantized.report.outputs
+    assert out.name == "y" and out.samples == QuantConfig().fallback_samples
+    # The same statistic, computed independently on the same (first) calibration samples.
+    want = [run_ort(main_float, {"x": x})[0] for x in samples(16)[:out.samples]]
+    got = [run_ort(main_quantized.qdq, {"x": x})[0] for x in samples(16)[:out.samples]]
+    ref, q = np.concatenate([w.ravel() for w in want]), np.concatenate([g.ravel() for g in got])
+    assert out.sqnr_db == pytest.approx(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ref - q) ** 2.0)),
+                                        rel=1e-3)
+    assert out.cosine > 0.999 and not main_quantized.report.far_outputs()
+    assert f"outputs vs float on {out.samples} calibration sample(s): y SQNR" in main_quantized.report.summary()
+    assert "WARNING" not in main_quantized.report.summary()
+
+
+def test_a_quantization_far_from_the_float_model_is_flagged_in_the_report(main_float):
+    # Clipping 80% of every activation: the output no longer follows the float model.
+    qm = _quantize(main_float, samples(16), method="percentile", percentile=20.0)
+    (far,) = qm.report.far_outputs()
+    assert far.name == "y" and far.cosine < 0.9
+    assert "WARNING: output 'y' is far from the float model's" in qm.report.summary()
 
 
 def test_the_input_model_file_and_object_are_untouched(tmp_path, main_float):
