@@ -60,8 +60,10 @@ def _child(fn_name, args, queue):
 
 
 def timed_quantize(fn_name: str, *args) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one quantization in a fresh process."""
-    ctx = mp.get_context("fork")
+    """(wall seconds, peak RSS MiB) of one quantization in a fresh process. Spawned, not forked: a
+    forked child's peak RSS starts at whatever the parent held at the fork (it moved the classifier's
+    figure between 231 and 942 MiB from one run to the next)."""
+    ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn_name, args, q))
     p.start()
