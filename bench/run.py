@@ -53,16 +53,29 @@ def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | No
     quantize(model_path, calib, cfg).save(out_path)
 
 
+def _peak_rss_mib() -> float:
+    """This process's own peak RSS. Linux's ``ru_maxrss`` survives ``exec``: a spawned child would report
+    its parent's peak when that is higher (every child after PP-OCR det read 1869 MiB); ``VmHWM`` in
+    /proc belongs to the current address space only."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child(fn_name, args, queue):
     t = time.perf_counter()
     globals()[fn_name](*args)
-    queue.put((time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    queue.put((time.perf_counter() - t, _peak_rss_mib()))
 
 
 def timed_quantize(fn_name: str, *args) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one quantization in a fresh process. Spawned, not forked: a
-    forked child's peak RSS starts at whatever the parent held at the fork (it moved the classifier's
-    figure between 231 and 942 MiB from one run to the next)."""
+    """(wall seconds, peak RSS MiB) of one quantization in a fresh, spawned process (a forked one
+    shares the parent's pages and the classifier's figure moved between 231 and 942 MiB across runs)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn_name, args, q))
