@@ -29,7 +29,7 @@ class AffineType:
         z = np.asarray(self.zero_point).astype(np.int64)
         # One scale and zero point, or the same ones repeated along an axis (exporters write those to
         # steer a runtime's kernel choice, qnnx's own QDQ for MaxPool among them): per-tensor.
-        if (s.size == 1 or (s.size > 1 and np.all(s == s.reshape(-1)[0]))) and (z.size == 1 or np.all(z == z.reshape(-1)[0])):
+        if np.all(s == s.reshape(-1)[0]) and np.all(z == z.reshape(-1)[0]):
             s, z = s.reshape(-1)[:1].reshape(()), z.reshape(-1)[:1].reshape(())
             object.__setattr__(self, "axis", None)
         object.__setattr__(self, "scale", s)

@@ -39,6 +39,13 @@ from qnnx.ir import const_array
 INT32 = int_type("int32")
 
 _FLOAT_ROUNDING = dict(rounding="half_even", compute="float")  # ORT's QLinear arithmetic
+_MLAS = dict(rounding="half_even", compute="mlas")  # ORT's own fused-kernel recipe (numerics_mlas)
+
+
+def _ort_recipe(ctx: Context, *types: AffineType) -> bool:
+    """Take ORT's own kernel recipe here: the conversion reproduces ORT (``numerics="onnxruntime"``)
+    and every type is what ORT's QLinear kernels take, 8-bit and per-tensor."""
+    return ctx.numerics == "onnxruntime" and all(t.dtype.bits == 8 and t.per_tensor for t in types)
 
 
 def _attrs(node: ir.Node, *names: str) -> dict:
@@ -277,7 +284,7 @@ def _batch_norm(node, ctx):
         out = ctx.output_type(node.outputs[0]) if ctx.numerics == "onnxruntime" else None
     except Unsupported:  # not quantized right after: the accumulator form below still converts
         out = None
-    if out is not None and out.per_tensor and x.type.dtype.bits == 8 and out.dtype.bits == 8 and gamma.ndim == 1:
+    if out is not None and _ort_recipe(ctx, x.type, out) and gamma.ndim == 1:
         table = batch_norm_table(x.type, out, gamma, beta, mean, var, eps)
         return [Affine(ctx.b.op("lut", [x.value, ctx.b.const(table, "bn_table")], domain=DOMAIN, axis=1), out)]
     a = (gamma / np.sqrt(var + eps)).astype(np.float32)
@@ -381,9 +388,9 @@ def _binary_arithmetic(ctx: Context, node, op: str, a: Affine, b: Affine, out: A
     """ORT's own QLinearAdd/QLinearMul recipe (``compute="mlas"``) where ORT fuses this op: 8-bit,
     per-tensor, and input ranks known (the lowering tells ORT's scalar-span and vector kernels apart
     from the shapes, at run time if need be); otherwise a float32 multiplier per input."""
-    if ctx.numerics == "onnxruntime" and op in ("add", "mul") and all(t.dtype.bits == 8 and t.axis is None for t in (a.type, b.type, out)) and \
+    if op in ("add", "mul") and _ort_recipe(ctx, a.type, b.type, out) and \
             _known_shape(a.value, node.inputs[0]) and _known_shape(b.value, node.inputs[1]):
-        return dict(rounding="half_even", compute="mlas")
+        return _MLAS
     return _FLOAT_ROUNDING
 
 
@@ -477,12 +484,12 @@ def _pool(node, ctx, op: str, **attrs):
     if out.axis not in (None, 1) or out.dtype != x.type.dtype:
         raise Unsupported("pooling output must have the input's dtype and per-tensor/per-channel qparams")
     # ORT's QLinearAveragePool recipe where it applies (8-bit, per-tensor; padding needs static spatial dims)
-    mlas = ctx.numerics == "onnxruntime" and op == "avg_pool" and x.type.dtype.bits == 8 and x.type.axis is None and out.axis is None and \
+    mlas = op == "avg_pool" and _ort_recipe(ctx, x.type, out) and \
         _known_shape(x.value, node.inputs[0]) and (not any(attrs.get("pads") or ()) and
                                                    attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") or
                                                    all(isinstance(d, int) for d in x.value.shape[2:]))
     y = ctx.b.op(op, [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")], domain=DOMAIN,
-                 **attrs, **(dict(rounding="half_even", compute="mlas") if mlas else _FLOAT_ROUNDING))
+                 **attrs, **(_MLAS if mlas else _FLOAT_ROUNDING))
     return [Affine(y, out)]
 
 
@@ -512,8 +519,7 @@ def _softmax(node, ctx):
     # ORT's QLinearSoftmax recipe where it applies (8-bit); its table depends on the axis length,
     # which the lowering reads at run time when the shape does not say
     shape = x.value.shape if _known_shape(x.value, node.inputs[0]) else None
-    mlas = ctx.numerics == "onnxruntime" and x.type.dtype.bits == 8 and out.dtype.bits == 8 and \
-        (shape is not None or axis < 0)
+    mlas = _ort_recipe(ctx, x.type, out) and (shape is not None or axis < 0)
     y = ctx.b.op("softmax", [x.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, out, "y")],
                  domain=DOMAIN, axis=axis, out_dtype=out.dtype.name, rounding="half_even",
                  compute="mlas" if mlas else "exact")

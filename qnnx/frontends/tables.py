@@ -50,7 +50,6 @@ def lookup_table(fn, src: AffineType, dst: AffineType, attrs: dict) -> np.ndarra
 
 
 
-
 def batch_norm_table(src: AffineType, dst: AffineType, gamma, beta, mean, var, epsilon) -> np.ndarray:
     """Inference BatchNormalization between DequantizeLinear and QuantizeLinear, one row per channel.
 
