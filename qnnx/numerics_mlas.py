@@ -37,6 +37,15 @@ def fma_f32(x, y, z) -> np.ndarray:
     return s.astype(F32)
 
 
+def running_sum_f32(terms) -> np.ndarray:
+    """``terms`` added one at a time in float32, in the order given: the loop order ORT's kernels sum in
+    (a float32 sum depends on it)."""
+    total = None
+    for t in terms:
+        total = np.asarray(t).astype(F32) if total is None else (total + np.asarray(t).astype(F32)).astype(F32)
+    return total
+
+
 def span_kind(a_shape, b_shape) -> SpanKind:
     """Which MLAS kernel ORT's broadcast loop runs for ``a (op) b``.
 
@@ -122,9 +131,7 @@ def softmax(x, x_scale, y_scale, y_zero_point, axis: int) -> np.ndarray:
     xmax = x.max(axis=-1, keepdims=True)
     idx = ((127 - xmax + x) % 256) if signed else (255 - xmax + x)
     e = table[idx]
-    total = np.zeros(e.shape[:-1], F32)
-    for k in range(e.shape[-1]):  # sequential float32 accumulation, ORT's loop order
-        total = (total + e[..., k]).astype(F32)
+    total = running_sum_f32(e[..., k] for k in range(e.shape[-1]))
     inv = F32(np.floor(F32(1.0) / F32(np.asarray(y_scale).reshape(()))))
     with np.errstate(over="ignore"):  # length 1 only: e * inv overflows to inf, which saturates
         v = ((e * inv).astype(F32) / total[..., None]).astype(F32)
@@ -138,8 +145,5 @@ def average_pool(taps, count, y_scale, y_zero_point) -> np.ndarray:
     The taps are summed one at a time in float32, divided by the element count, then
     ``f32(f32(y / y_scale) + y_zero_point)`` rounds (ties to even) to the result.
     """
-    total = None
-    for view in taps:
-        total = view.astype(F32) if total is None else (total + view.astype(F32)).astype(F32)
-    y = (total / np.asarray(count, np.float64).astype(F32)).astype(F32)
+    y = (running_sum_f32(taps) / np.asarray(count, np.float64).astype(F32)).astype(F32)
     return ((y / F32(y_scale)).astype(F32) + F32(y_zero_point)).astype(F32)
