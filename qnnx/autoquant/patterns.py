@@ -74,6 +74,9 @@ class MatchFail:
 class Pattern:
     name: str = ""
     anchors: tuple[str, ...] = ()
+    # The output's qparams are every input's too (a concatenation holds the inputs' values unchanged):
+    # inputs may take them, and an input left float would be quantized by them unobserved.
+    inputs_share_output_qparams: bool = False
 
     def match(self, node: ir.Node) -> PatternMatch | MatchFail:
         raise NotImplementedError
@@ -415,6 +418,7 @@ CONCAT_MAX_SCALE_RATIO = 16.0
 class ConcatPattern(_AllActivationsPattern):
     name = "concat"
     anchors = ("Concat",)
+    inputs_share_output_qparams = True
 
     def check(self, match, qparams):
         out = qparams.get(match.outputs[0].value.name)

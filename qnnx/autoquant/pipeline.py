@@ -35,7 +35,7 @@ from qnnx.autoquant.bias_correction import correct_biases
 from qnnx.autoquant.config import Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
-from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, patterns_for
+from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
 from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
@@ -121,7 +121,7 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             if any(t.scaled_from is not None and t.scaled_from[0] not in kept for t in m.outputs):
                 reasons.append(f"{m.pattern}: its input comes from a float (excluded) node, nothing to rescale")
                 continue
-            if m.pattern == "concat" and reads_float:
+            if pattern.inputs_share_output_qparams and reads_float:
                 # The float input would be quantized by the output's shared scale with its own range
                 # never observed, so the range check (ConcatPattern.check) cannot protect it: YOLOv8n
                 # with its class Sigmoid excluded had every score crushed to 0 by the box coordinates' scale.
@@ -502,7 +502,7 @@ def _concat_inputs_take_output_qparams(the_plan: Plan, act_qparams: dict) -> Non
     happened not to reach (YOLOv8n's class logits never went positive on calibration scenes and
     every score above 0.5 was clipped to 0.5), and the runtime's concat needs no requantization."""
     for m in reversed(the_plan.matches):
-        if m.pattern != "concat":
+        if not pattern_named(m.pattern).inputs_share_output_qparams:
             continue
         out = act_qparams.get(m.outputs[0].value.name)
         for t in m.inputs:
