@@ -33,6 +33,7 @@ Ranges always include 0 (:func:`qparams_from_range`), so real 0 is exactly repre
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -506,23 +507,33 @@ def _regrid(counts: np.ndarray, width: float, start: float, new_width: float, ne
     return out
 
 
+BIN_BLOCK = 1 << 16  # values per pass of the binning loop: its temporaries stay in cache
+
+
 def _bin_counts(x: np.ndarray, width: float, start: float, bins: int) -> np.ndarray:
-    """Histogram of ``x`` on bins ``[g*width, (g+1)*width)``, ``g = start .. start + bins - 1``."""
-    if x.dtype.itemsize <= 4 and 2.0 ** -100 <= width <= 1.0:
-        # Multiplying a float32 by a power of two >= 1 never rounds (results stay below 2**41), and
-        # float32 halves the memory traffic of this, the hot loop.
-        t = np.multiply(x, np.float32(1.0 / width), dtype=np.float32)
-    else:
-        # Scaling down could round float32 subnormals (a tiny negative becoming -0.0 would land one
-        # bin too high); float64 holds every float32 / width exactly. (float64 inputs: exact except
-        # for float64 subnormals, which no float32 graph produces.)
-        t = np.multiply(x, 1.0 / width, dtype=np.float64)
-    np.floor(t, out=t)
-    idx = t.astype(np.intp).ravel()
-    idx -= int(start)
-    counts = np.bincount(idx, minlength=bins)  # a negative index raises here
-    if counts.size != bins:
-        raise AssertionError("value outside the histogram window: the fit check is broken")
+    """Histogram of ``x`` on bins ``[g*width, (g+1)*width)``, ``g = start .. start + bins - 1``.
+
+    Blocks of :data:`BIN_BLOCK` values: on whole tensors the scaled copy and the index array fall out
+    of cache (PP-OCR det's 13M-value batches took 7.9 ns per value, 2.8 in blocks)."""
+    flat = x.reshape(-1)
+    # Multiplying a float32 by a power of two >= 1 never rounds (results stay below 2**41), and float32
+    # halves the memory traffic. Scaling down could round float32 subnormals (a tiny negative becoming
+    # -0.0 would land one bin too high); float64 holds every float32 / width exactly. (float64 inputs:
+    # exact except for float64 subnormals, which no float32 graph produces.)
+    exact32 = x.dtype.itemsize <= 4 and 2.0 ** -100 <= width <= 1.0
+    dtype, factor = (np.float32, np.float32(1.0 / width)) if exact32 else (np.float64, 1.0 / width)
+    scaled = np.empty(min(BIN_BLOCK, flat.size), dtype)
+    counts = np.zeros(bins, np.int64)
+    for lo in range(0, flat.size, BIN_BLOCK):
+        t = scaled[:min(BIN_BLOCK, flat.size - lo)]
+        np.multiply(flat[lo:lo + BIN_BLOCK], factor, out=t, dtype=dtype)
+        np.floor(t, out=t)
+        idx = t.astype(np.intp)
+        idx -= int(start)
+        block = np.bincount(idx, minlength=bins)  # a negative index raises here
+        if block.size != bins:
+            raise AssertionError("value outside the histogram window: the fit check is broken")
+        counts += block
     return counts
 
 
@@ -675,6 +686,18 @@ def _xlogx(v: np.ndarray) -> np.ndarray:
 KL_EPS = 1e-4  # counts given to an empty last group of Q (ORT's / MXNet's smoothing epsilon)
 
 
+@functools.lru_cache(maxsize=8)
+def _kl_group_bounds(n: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates ``i = levels .. n`` and, per candidate, the ``levels + 1`` bin boundaries of its
+    groups (``i // levels`` bins each, the last group up to ``i``). The same for every tensor with
+    this histogram size, so built once (they were half of the search's time)."""
+    i = np.arange(levels, n + 1)
+    bounds = (i // levels)[:, None] * np.arange(levels + 1)[None, :]
+    bounds[:, -1] = i
+    i.flags.writeable = bounds.flags.writeable = False
+    return i, bounds
+
+
 def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     """TensorRT's entropy calibration on a histogram of ``|x|``: the number ``i >= levels`` of
     leading bins to keep that minimises ``KL(P || Q)``.
@@ -700,11 +723,7 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     n = h.size
     if n <= levels:
         return n
-    i = np.arange(levels, n + 1)
-    per = i // levels
-    starts = per[:, None] * np.arange(levels)[None, :]
-    ends = starts + per[:, None]
-    ends[:, -1] = i
+    i, bounds = _kl_group_bounds(n, levels)
     zero = np.zeros(1)
     csum = np.concatenate([zero, np.cumsum(h)])
     cnz = np.concatenate([zero, np.cumsum(h > 0)])
@@ -712,8 +731,8 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     total = csum[n]
     clipped = total - csum[i]
     last = h[i - 1]
-    group = csum[ends] - csum[starts]  # Q's mass per group
-    nonzero = cnz[ends] - cnz[starts]  # bins where P is nonzero, per group
+    group = np.diff(csum[bounds], axis=1)  # Q's mass per group
+    nonzero = np.diff(cnz[bounds], axis=1)  # bins where P is nonzero, per group
     nonzero[:, -1] += (last == 0) & (clipped > 0)
     p_group = group.copy()
     p_group[:, -1] += clipped  # P's mass per group
@@ -722,8 +741,11 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     q_total = csum[i] + np.where(empty_last, KL_EPS, 0.0)
     p_log_p = chl[i] - _xlogx(last) + _xlogx(last + clipped)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # sum_j p_j log q_j, with q_j = group / nonzero inside a group (unnormalised)
-        p_log_q = np.where(p_group > 0, p_group * (np.log(group) - np.log(np.maximum(nonzero, 1))), 0.0).sum(1)
+        # sum_j p_j log q_j, with q_j = group / nonzero inside a group (unnormalised). Groups P has no
+        # mass in contribute nothing: their ratio is set to 1 (log 0) so one log over the matrix suffices.
+        ratio = group / np.maximum(nonzero, 1)
+        ratio[p_group <= 0] = 1.0
+        p_log_q = np.einsum("ij,ij->i", p_group, np.log(ratio))
         # KL = sum P log P - sum P log Q with P = p / total, Q = q / sum(q)
         kl = (p_log_p - p_log_q) / total - np.log(total) + np.log(q_total)
     kl = np.where(np.isfinite(kl) & (csum[i] > 0), kl, np.inf)

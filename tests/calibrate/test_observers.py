@@ -655,6 +655,22 @@ def test_histogram_expands_by_powers_of_two():
     assert step(np.float32([1000.0])) == 2.0 ** 4
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_histogram_of_a_tensor_spanning_several_blocks(dtype, monkeypatch):
+    """Binning runs in blocks of BIN_BLOCK values (cache-sized temporaries): a tensor of several blocks
+    plus a partial one gets the counts of numpy's histogram of all its values, edges included."""
+    from qnnx.calibrate import observers as observers_module
+
+    monkeypatch.setattr(observers_module, "BIN_BLOCK", 1000)
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(3500), [0.0, -0.0, 2.0 ** -20, -(2.0 ** -20)]]).astype(dtype)
+    o = obs("percentile", bins=256)
+    o.observe(x.reshape(8, 438, 1))
+    counts, edges = o.histogram
+    assert counts.sum() == x.size
+    np.testing.assert_array_equal(counts, np.histogram(x.astype(np.float64), bins=edges)[0])
+
+
 def test_merge_errors_and_trivial_merges():
     a = feed(obs("minmax"), [np.float32([0, 1])])
     with pytest.raises(QnnxError, match="same config"):
