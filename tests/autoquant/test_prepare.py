@@ -178,7 +178,9 @@ def test_user_node_names_survive_prepare():
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_per_channel_mul_after_conv_folds_and_an_add_folds_only_as_the_missing_bias(with_bias):
+def test_per_channel_mul_and_add_after_conv_fold_into_it(with_bias):
+    """Both fold, into a biased Conv too: on PP-OCR rec over 9 calibration sets folding the affine
+    blocks' shifts measured a 2.85-point mean drop against 4.30 without (and one integer add less each)."""
     g = Graph()
     ins = [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")]
     if with_bias:
@@ -189,8 +191,46 @@ def test_per_channel_mul_after_conv_folds_and_an_add_folds_only_as_the_missing_b
     g.node("Relu", [a], name="relu", out="y")  # a graph output keeps its producer (and name)
     model = g.model("y")
     p = prepare(model)
-    assert _ops(p) == (["Conv", "Add", "Relu"] if with_bias else ["Conv", "Relu"])
+    assert _ops(p) == ["Conv", "Relu"]
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group, shift_shape", [(1, ()), (1, (1, 6, 1, 1)), (3, (6, 1, 1)), (6, (1,))])
+def test_a_shift_before_an_unpadded_conv_folds_into_its_bias(group, shift_shape):
+    """``Add(x, c) -> Conv`` without padding: the conv reads x, its bias takes sum(W * c) per output
+    (within the output's group); scalar and per-input-channel shifts, dense, grouped and depthwise."""
+    g = Graph()
+    x = g.input("x", [1, 6, 5, 5])
+    shift = RNG.normal(size=shift_shape).astype(np.float32)
+    a = g.node("Add", [x, g.const(shift, "shift")], name="shift_add")
+    w = RNG.normal(size=(12, 6 // group, 1, 1)).astype(np.float32)
+    g.node("Conv", [a, g.const(w, "w"), g.const(RNG.normal(size=12).astype(np.float32), "b")], name="pw",
+           group=group, out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert _ops(p) == ["Conv"]
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 6, 5, 5)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["padded", "second_reader", "spatial_shift"])
+def test_a_shift_stays_where_the_conv_would_see_it_differently(case):
+    """Padding taps read 0, not the shift; a second reader needs the shifted value; a shift that varies
+    over space is no per-channel constant."""
+    g = Graph()
+    x = g.input("x", [1, 4, 5, 5])
+    shift = RNG.normal(size=(1, 1, 5, 5) if case == "spatial_shift" else (1,)).astype(np.float32)
+    a = g.node("Add", [x, g.const(shift, "shift")], name="shift_add")
+    conv = g.node("Conv", [a, g.const(conv_weight(RNG, 4, 4), "w")], name="conv",
+                  pads=[1, 1, 1, 1] if case == "padded" else [0, 0, 0, 0])
+    outs = ["y"]
+    if case == "second_reader":
+        g.node("Relu", [a], name="other", out="z")
+        outs.append("z")
+    g.node("Identity", [conv], name="id", out="y")
+    model = g.model(*outs)
+    p = prepare(model)
+    assert "Add" in _ops(p)
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["two_consumers", "spatial_constant"])
