@@ -21,7 +21,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from qnnx import __version__
-from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, QuantConfig
+from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, SPEED_FALLBACKS, QuantConfig
 from qnnx.errors import QnnxError
 
 # Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
@@ -40,6 +40,7 @@ class Format(str, enum.Enum):
     lowered = "lowered"
 
 
+SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.autoquant.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
@@ -182,10 +183,11 @@ def quantize(
         bias_correction: Annotated[bool, typer.Option(
             "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
             "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
-        speed_fallback: Annotated[bool, typer.Option(
+        speed_fallback: Annotated[SpeedFallback, typer.Option(
             "--speed-fallback", help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds "
-            "of layers float where int8 is measured slower, or the whole model when int8 is not faster; adds "
-            "~20 s")] = QuantConfig.speed_fallback,
+            "of layers float where int8 is measured slower, or the whole model when int8 is not faster: auto = "
+            "only when all-int8 is not already 1.2x faster than float after one timing (graphs under 0.5 ms "
+            "are not timed), on = always (~20 s), off = never")] = SpeedFallback(QuantConfig.speed_fallback),
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
         preprocess: Annotated[Preset | None, typer.Option(
             "--preprocess", metavar="PRESET", show_default=False, rich_help_panel=_IMAGES,
@@ -237,7 +239,7 @@ def quantize(
                          activation_symmetric=symmetric, per_channel=per_channel,
                          exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
                          num_samples=num_samples, seed=seed, sqnr_threshold_db=sqnr_threshold,
-                         propagate_error=propagate_error, speed_fallback=speed_fallback,
+                         propagate_error=propagate_error, speed_fallback=speed_fallback.value,
                          calibration="float" if sequential is None else "sequential",
                          sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
                          bias_correction=bias_correction, progress=not quiet)

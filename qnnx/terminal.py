@@ -213,6 +213,10 @@ def show_demo(result, console: Console | None = None) -> None:
     if r.speedup < 1:
         tail.append("int8 is slower than fp32 here: ONNX Runtime's CPU kernels for this small QDQ model do not "
                     "beat its fp32 kernels (see docs/benchmarks.md)")
+    speed = getattr(r.report, "speed", None)
+    if speed is not None:  # what the speed fallback measured and left float
+        floats = sum(1 for d in r.report.decisions if not d.quantized and d.reason.startswith("speed: "))
+        tail += speed.lines() + ([f"{floats} node(s) left float for speed (the report says which)"] if floats else [])
     if r.int8_path is not None:
         tail.append(f"wrote {r.int8_path} (qdq)")
     if not console.is_terminal:

@@ -213,12 +213,19 @@ def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
     monkeypatch.setattr(speed, "ort_timer", int8_is_slower)
     src, calib = quantize_case
     out = src.parent / "q.onnx"
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback"]) == 0
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "on"]) == 0
     captured = capsys.readouterr()
     assert "speed: whole model float: float 1.000 ms, best int8 2.000 ms" in captured.err  # progress
     assert "whole model kept float" in captured.out
     assert "float: conv (Conv): speed: the fastest int8 variant (2.000 ms) is not 3% faster" in captured.out
     assert not any(n.op_type == "QuantizeLinear" for n in onnx.load(out).graph.node)
+    # off: never timed; an unknown value is a usage error naming the choices
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "off", "-q"]) == 0
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(out).graph.node)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "yes"])
+    assert e.value.code == 1 and "'auto', 'on', 'off'" in capsys.readouterr().err
 
 
 def _bad_quantize_case(tmp_path, case, src, calib):

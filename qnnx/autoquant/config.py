@@ -10,6 +10,7 @@ METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
 CALIBRATIONS = ("float", "sequential")
+SPEED_FALLBACKS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,12 @@ class QuantConfig:
     # Speed-aware fallback (speed.py): after calibration, time the float model and QDQ variants on ONNX
     # Runtime (CPU, 1 thread, the first calibration sample) and leave kinds of patterns float (depthwise
     # conv, elementwise, ...) where that is >= 3% faster; the whole model stays float unless int8 is >= 3%
-    # faster than float. Off by default: it costs up to 2 + 2 x kinds timings of ~1 s each (PP-OCR cls and
-    # rec: +17 s and +20 s on this 2-core machine; a model's first-run latency sets the repeats per timing).
-    speed_fallback: bool = False
+    # faster than float. "on": always searched (up to 2 + 2 x kinds timings of ~1 s each). "auto" (the
+    # default): searched only when all-int8 is not already speed.AUTO_INT8_SPEEDUP (1.2x) faster than float
+    # after one timing, and not at all for graphs under speed.AUTO_MIN_FLOAT_MS per run. Measured: PP-OCR
+    # cls int8 is 0.8x of fp32 and the search makes it 1.04x (+17 s); rec, det, YOLOv8n and MiniLM are
+    # 1.6-2.4x faster in int8 and pay one timing (1-6 s). "off": never timed. True / False mean "on" / "off".
+    speed_fallback: str = "auto"
     progress: bool = True
 
     def __post_init__(self):
@@ -84,8 +88,11 @@ class QuantConfig:
             raise QnnxError(f"percentile must be in (0, 100], got {self.percentile}")
         if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
             raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
-        if not isinstance(self.speed_fallback, bool):
-            raise QnnxError(f"speed_fallback must be True or False, got {self.speed_fallback!r}")
+        if isinstance(self.speed_fallback, bool):
+            object.__setattr__(self, "speed_fallback", "on" if self.speed_fallback else "off")
+        if self.speed_fallback not in SPEED_FALLBACKS:
+            raise QnnxError(f"speed_fallback must be one of {', '.join(SPEED_FALLBACKS)} (or True / False), "
+                            f"got {self.speed_fallback!r}")
         if self.calibration not in CALIBRATIONS:
             raise QnnxError(f"unknown calibration {self.calibration!r}; expected one of {', '.join(CALIBRATIONS)}")
         if not 1 <= self.sequential_passes <= 64:
@@ -150,10 +157,15 @@ class SpeedReport:
     whole_model_float: bool
     timings: int
     seconds: float
+    skipped: str = ""  # speed_fallback="auto" stopped early: why (no kind was tried)
 
     def lines(self) -> list[str]:
+        if self.skipped and not self.int8_ms == self.int8_ms:  # NaN: stopped before timing int8
+            return [f"speed (ONNX Runtime, 1 thread): float {self.float_ms:.3f} ms; {self.skipped}"]
         out = [f"speed (ONNX Runtime, 1 thread): float {self.float_ms:.3f} ms, all int8 {self.int8_ms:.3f} ms "
                f"({self.float_ms / self.int8_ms:.2f}x)"]
+        if self.skipped:
+            return out + [f"  {self.skipped}"]
         out += [f"  {t.kind} ({t.matches}) float: {t.before_ms:.3f} -> {t.after_ms:.3f} ms, "
                 f"{'left float' if t.left_float else 'stays int8'}" for t in self.trials]
         chosen = "whole model kept float" if self.whole_model_float else "int8"

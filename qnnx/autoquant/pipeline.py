@@ -12,8 +12,9 @@
                  expanding affine regions and consolidating dequantize->quantize into requantize
     fall back    patterns whose output SQNR (quantized vs float, on calibration samples) is
                  below ``sqnr_threshold_db`` are returned to float, and the model re-realized
-    speed        with ``speed_fallback``: kinds of patterns measured slower in int8 than in float on
-                 ONNX Runtime go back to float, or the whole model when int8 is not faster (speed.py)
+    speed        ``speed_fallback`` ("auto" by default: only where all-int8 is not clearly faster): kinds
+                 of patterns measured slower in int8 than in float on ONNX Runtime go back to float, or
+                 the whole model when int8 is not faster (speed.py)
 
 Values that only move data (Reshape, Transpose, MaxPool, ...) share the qparams of the value
 they come from, so the integer model needs no requantize around them.
@@ -587,7 +588,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
             qdq = realize_qdq(float_model, the_plan, act_qparams, config)
     keep = {n.name for n in float_model.graph
             if n.name in config.exclude_nodes or n.op_type in config.exclude_op_types}
-    if config.speed_fallback:
+    if config.speed_fallback != "off":
         qdq, speed_float = _speed_fallback(float_model, the_plan, act_qparams, qdq, kept[0], report, config)
         keep |= speed_float
     if config.bias_correction:  # last: every re-realization above starts from the uncorrected biases
@@ -639,8 +640,10 @@ def _speed_fallback(float_model: ir.Model, the_plan: Plan, act_qparams: dict, qd
         return realize_qdq(float_model, without(keep), act_qparams, config)
 
     choice = speed.choose(float_model, the_plan.matches, realize, feed, timer=speed.ort_timer,
-                          progress=config.progress, qdq=qdq)
+                          progress=config.progress, qdq=qdq, auto=config.speed_fallback == "auto")
     report.speed = choice.report
+    if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
+        return choice.model, set()  # every match stays int8 (speed_fallback="auto" stops here too)
     reasons = dict(choice.reasons)
     if choice.keep is not None:
         final = {m.nodes[0].name for m in without(choice.keep).matches}

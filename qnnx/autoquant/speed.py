@@ -51,6 +51,12 @@ SECONDS_PER_TIMING = 0.25  # per model in one timing: repeats = this / latency, 
 REPEATS = (15, 400)
 BUDGET_S = 60.0
 MAX_TIMINGS = 4 + 2 * len(KINDS)  # every kind tried and confirmed, the combined trial, both ends
+# speed_fallback="auto": no search when all-int8 is already this much faster than float after the first
+# timing (the kinds search gains a few percent there and costs seconds per kind), and no timing at all
+# for graphs under AUTO_MIN_FLOAT_MS per run (fragments and test graphs: a shared machine's timing noise
+# is as large as their differences).
+AUTO_INT8_SPEEDUP = 1.2
+AUTO_MIN_FLOAT_MS = 0.5
 
 
 def match_kind(m: PatternMatch) -> str:
@@ -95,9 +101,10 @@ class SpeedChoice:
 
 def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable[[list[PatternMatch]], ir.Model],
            feed: dict, *, timer: Timer | None = None, progress: bool = False, qdq: ir.Model | None = None,
-           budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS) -> SpeedChoice:
+           budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS, auto: bool = False) -> SpeedChoice:
     """Greedy search over kinds of matches to leave float (module docstring). ``realize(keep)``
-    builds the QDQ model of a subset of ``matches``; ``qdq`` is the all-int8 model when already built."""
+    builds the QDQ model of a subset of ``matches``; ``qdq`` is the all-int8 model when already built.
+    ``auto``: stop early where the search cannot pay (:data:`AUTO_INT8_SPEEDUP`, :data:`AUTO_MIN_FLOAT_MS`)."""
     timer = timer or ort_timer
     started = time.perf_counter()
     say = (lambda msg: print(f"speed: {msg}", file=sys.stderr, flush=True)) if progress else (lambda msg: None)
@@ -113,9 +120,21 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
     probe = float(timer([float_model], feed, 3)[0])
     repeats = int(np.clip(SECONDS_PER_TIMING * 1000 / max(probe, 1e-3), *REPEATS))
     best = qdq if qdq is not None else realize(matches)
+
+    def unchanged(float_ms: float, int8_ms: float, why: str) -> SpeedChoice:
+        say(why)
+        return SpeedChoice(list(matches), best, {}, SpeedReport(float_ms, int8_ms, [], float_ms, int8_ms, False,
+                                                                timings, time.perf_counter() - started, why))
+
+    if auto and probe < AUTO_MIN_FLOAT_MS:
+        return unchanged(probe, float("nan"), f"auto: under {AUTO_MIN_FLOAT_MS} ms per run, int8 kept without "
+                         "timing it")
     float_ms, int8_ms = timed(float_model, best, repeats)
     say(f"float {float_ms:.3f} ms, all int8 {int8_ms:.3f} ms ({float_ms / int8_ms:.2f}x), {repeats} runs per "
         f"timing")
+    if auto and float_ms >= int8_ms * AUTO_INT8_SPEEDUP:
+        return unchanged(float_ms, int8_ms, f"auto: all int8 is {float_ms / int8_ms:.2f}x faster than float "
+                         f"(>= {AUTO_INT8_SPEEDUP}x): no kind tried")
     kinds = [match_kind(m) for m in matches]
     excluded: set[int] = set()
     reasons: dict[int, str] = {}

@@ -114,9 +114,9 @@ class DemoResult:
 
 
 def run(samples: int = 32, eval_samples: int = 200, seed: int = 0, output: str | Path | None = None,
-        repeats: int = 100, log=None, export: str | Path | None = None) -> DemoResult:
-    """Render crops, quantize the classifier (QDQ, default :class:`QuantConfig`), score fp32 and
-    int8 on the evaluation crops, time both single-threaded. ``log(str)`` gets progress lines.
+        repeats: int = 100, log=None, export: str | Path | None = None, config=None) -> DemoResult:
+    """Render crops, quantize the classifier (QDQ, ``config`` or the default :class:`QuantConfig`), score
+    fp32 and int8 on the evaluation crops, time both single-threaded. ``log(str)`` gets progress lines.
     ``export``: a directory to receive ``float.onnx`` (the shipped model) and ``samples/*.npy`` (the
     calibration crops), to try the other ``qnnx`` commands on."""
     from qnnx.analysis.latency import median_latency_ms
@@ -135,7 +135,7 @@ def run(samples: int = 32, eval_samples: int = 200, seed: int = 0, output: str |
         _export(clf, calibration, Path(export), output)
         log(f"wrote {Path(export) / 'float.onnx'} and {samples} crops in {Path(export) / 'samples'}")
     log(f"quantizing {clf.path.name} on {samples} crops")
-    qm = quantize(str(clf.path), [{clf.input_name: x} for x in calibration], QuantConfig(progress=False))
+    qm = quantize(str(clf.path), [{clf.input_name: x} for x in calibration], config or QuantConfig(progress=False))
     with tempfile.TemporaryDirectory(prefix="qnnx-demo-") as tmp:
         int8_path = Path(output) if output is not None else Path(tmp) / "cls.int8.onnx"
         qm.save(int8_path)

@@ -1,4 +1,4 @@
-"""Speed-aware fallback (``QuantConfig(speed_fallback=True)``, qnnx/autoquant/speed.py).
+"""Speed-aware fallback (``QuantConfig(speed_fallback="on" | "auto")``, qnnx/autoquant/speed.py).
 
 The greedy logic is tested with a fake timer (``speed.ort_timer`` monkeypatched): each model's
 "latency" is the sum of per-node costs, a node counting as int8 when every float input it reads
@@ -63,7 +63,8 @@ def _fake_timer(costs: dict[str, tuple[float, float]], log: list | None = None):
 
 def _quantize(monkeypatch, costs, **options):
     monkeypatch.setattr(speed, "ort_timer", _fake_timer(costs))
-    return qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, speed_fallback=True, **options))
+    options = {"speed_fallback": True, **options}
+    return qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, **options))
 
 
 def _decisions(qm):
@@ -71,10 +72,42 @@ def _decisions(qm):
 
 
 def test_config_validates_speed_fallback():
-    assert QuantConfig().speed_fallback is False
-    with pytest.raises(QnnxError, match="speed_fallback must be True or False"):
+    assert QuantConfig().speed_fallback == "auto"
+    with pytest.raises(QnnxError, match="speed_fallback must be one of auto, on, off"):
         QuantConfig(speed_fallback="yes")
-    assert QuantConfig.from_dict({"speed_fallback": True}).speed_fallback
+    assert QuantConfig.from_dict({"speed_fallback": True}).speed_fallback == "on"
+    assert QuantConfig(speed_fallback=False).speed_fallback == "off"
+
+
+def test_auto_keeps_int8_without_a_search_when_it_is_clearly_faster(monkeypatch):
+    # every node 2x faster in int8 except dw (slower): "on" would try it, "auto" stops after one timing
+    costs = {"pw": (4, 1), "dw": (1, 3), "add": (2, 1), "sig": (2, 1), "gap": (2, 1), "mm": (2, 1)}
+    qm = _quantize(monkeypatch, costs, speed_fallback="auto")
+    s = qm.report.speed
+    assert (s.float_ms, s.int8_ms, s.trials, s.timings) == (13, 8, [], 1)
+    assert s.skipped == "auto: all int8 is 1.62x faster than float (>= 1.2x): no kind tried"
+    assert all(d.quantized for d in qm.report.decisions if d.pattern) and not qm.keep_float
+    assert "no kind tried" in qm.report.summary()
+    assert not _decisions(_quantize(monkeypatch, costs, speed_fallback="on"))["dw"].quantized
+
+
+def test_auto_searches_when_int8_is_not_clearly_faster(monkeypatch):
+    # all int8 only 1.05x faster (dw slow): auto searches and leaves dw float, like "on"
+    costs = {"pw": (2, 1), "dw": (1, 5.5), "add": (2, 1), "sig": (2, 1), "gap": (2, 1), "mm": (2, 1)}
+    qm = _quantize(monkeypatch, costs, speed_fallback="auto")
+    assert not qm.report.speed.skipped and qm.report.speed.trials
+    assert not _decisions(qm)["dw"].quantized
+
+
+def test_auto_does_not_time_tiny_graphs(monkeypatch):
+    log = []
+    monkeypatch.setattr(speed, "ort_timer", _fake_timer({"mm": (speed.AUTO_MIN_FLOAT_MS / 2, 1.0)}, log))
+    qm = qnnx.quantize(_model(), CALIB, QuantConfig(progress=False))  # the default is auto
+    assert log == [1]  # the probe only
+    s = qm.report.speed
+    assert s.skipped.startswith("auto: under 0.5 ms per run") and s.trials == [] and s.int8_ms != s.int8_ms
+    assert "int8 kept without timing it" in qm.report.summary()
+    assert all(d.quantized for d in qm.report.decisions if d.pattern)
 
 
 def test_match_kinds():
@@ -90,7 +123,6 @@ def test_match_kinds():
         == "depthwise conv"
     assert speed.match_kind(PatternMatch("gemm", (by_name["mm"],), (x,), ())) == "matmul/gemm"
     assert speed.match_kind(PatternMatch("pool", (by_name["gap"],), (x,), ())) == "pool"
-    assert qm.report.speed is None  # off by default: nothing timed
 
 
 def test_slower_kind_stays_float_with_the_reason(monkeypatch):
