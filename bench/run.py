@@ -46,11 +46,14 @@ def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool 
                         calib_chunk=calib_chunk)
 
 
-def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None) -> None:
+def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None,
+                   speed_fallback: str | None = None) -> None:
+    """qnnx defaults, or another calibration ``method`` / ``speed_fallback`` ("off" where the cost of
+    calibration itself is measured: ORT's quantizer times nothing)."""
     from qnnx import QuantConfig, quantize
 
-    cfg = QuantConfig(progress=False) if method is None else QuantConfig(progress=False, method=method)
-    quantize(model_path, calib, cfg).save(out_path)
+    options = {k: v for k, v in (("method", method), ("speed_fallback", speed_fallback)) if v is not None}
+    quantize(model_path, calib, QuantConfig(progress=False, **options)).save(out_path)
 
 
 def _peak_rss_mib() -> float:
