@@ -42,9 +42,12 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert (tmp_path / "demo" / "float.onnx").read_bytes() == ppocr_cls.load_classifier().path.read_bytes()
     assert sorted(p.name for p in (tmp_path / "demo" / "samples").iterdir()) == [f"{i:03d}.npy" for i in range(8)]
 
-    # the saved model is a plain QDQ model ONNX Runtime runs, giving the labels the demo scored
+    # the saved model is a plain ONNX model ONNX Runtime runs, giving the labels the demo scored; it is QDQ
+    # unless the default speed fallback measured no int8 variant 3% faster than fp32 (timing-dependent here)
     model = onnx.load(out)
-    assert {n.domain for n in model.graph.node} == {""} and "QuantizeLinear" in {n.op_type for n in model.graph.node}
+    whole_float = "whole model kept float" in captured.out
+    assert {n.domain for n in model.graph.node} == {""}
+    assert ("QuantizeLinear" in {n.op_type for n in model.graph.node}) is not whole_float, captured.out
     clf = ppocr_cls.load_classifier()
     tensors, labels = ppocr_cls.crops(clf, 60, seed=0, split=1)
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
