@@ -37,7 +37,7 @@ from qnnx.autoquant.config import Decision, OutputAgreement, QuantConfig, QuantR
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
-from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
@@ -545,6 +545,11 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     config = config or QuantConfig()
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
     float_model = prepare(model, min_opset=21 if config.activation_dtype.endswith("16") else 13)
+    folded = folded_into(float_model)
+    if any(n in folded for n in config.exclude_nodes):  # the user named a node prepare folded into another
+        names = {n.name for n in float_model.graph}
+        config = replace(config, exclude_nodes=tuple(dict.fromkeys(
+            folded[n] if n not in names and n in folded else n for n in config.exclude_nodes)))
     float_model, calibration = smooth(float_model, calibration, config)
     the_plan = plan(float_model, config)
     if not the_plan.matches:

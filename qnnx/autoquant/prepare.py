@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnx.version_converter
@@ -36,6 +38,7 @@ from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 MIN_OPSET = 13
+FOLDED_INTO = "qnnx.prepare.folded_into"  # graph metadata: JSON {folded node's user name: absorbing node's name}
 LAYER_NORM_OPSET = 17  # LayerNormalization's first opset
 
 
@@ -62,14 +65,24 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
     except Exception:  # best effort: rules that need a shape say so
         pass
     m = fuse_layer_norm(m)
-    if fold_affine_into_conv(m.graph):  # a bias Add folded away may have hidden a BatchNorm from its conv
+    folded: dict[str, ir.Node] = {}  # user name of a node folded away -> the node that absorbed it
+    if fold_affine_into_conv(m.graph, folded):  # a bias Add folded away may have hidden a BatchNorm from its conv
         m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
-        fold_affine_into_conv(m.graph)
-    fold_shift_into_unpadded_conv(m.graph)
-    fuse_matmul_add_into_gemm(m.graph)
+        fold_affine_into_conv(m.graph, folded)
+    fold_shift_into_unpadded_conv(m.graph, folded)
+    fuse_matmul_add_into_gemm(m.graph, folded)
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
+    if folded:
+        m.graph.metadata_props[FOLDED_INTO] = json.dumps(
+            {user_names[name]: node.name for name, node in folded.items() if name in user_names and node.graph is m.graph})
     return m
+
+
+def folded_into(model: ir.Model) -> dict[str, str]:
+    """Pop what :func:`prepare` recorded: the user's name of each node folded into another -> that node's
+    name (so ``exclude_nodes`` naming a folded Add excludes the Conv that now computes it)."""
+    return json.loads(model.graph.metadata_props.pop(FOLDED_INTO, "{}"))
 
 
 class _SpelledOutLayerNorm(orp.RewriteRuleClassBase):
@@ -174,6 +187,16 @@ def _name_everything(graph: ir.Graph) -> None:
                 o.name = fresh(f"{node.name}_out")
 
 
+def _record_fold(folded: dict, gone: ir.Node, into: ir.Node) -> None:
+    """``gone`` (keyed by its first output's name: prepare maps that back to the user's node name) now
+    computes inside ``into``; what was folded into ``gone`` earlier follows it."""
+    if gone.outputs and gone.outputs[0].name:
+        folded[gone.outputs[0].name] = into
+    for key, node in list(folded.items()):
+        if node is gone:
+            folded[key] = into
+
+
 def _per_output_channel(c: np.ndarray, out_rank: int, channels: int) -> np.ndarray | None:
     """``c`` as a length-``channels`` vector when it broadcasts along the channel axis (1) of a rank
     ``out_rank`` output and nowhere else; None otherwise."""
@@ -185,11 +208,12 @@ def _per_output_channel(c: np.ndarray, out_rank: int, channels: int) -> np.ndarr
     return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float32)
 
 
-def fold_affine_into_conv(graph: ir.Graph) -> int:
+def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None) -> int:
     """``Conv -> Mul(c)`` and ``Conv -> Add(c)`` (ConvTranspose too, group 1) with ``c`` constant per output channel (or scalar)
     become the Conv alone, with ``W * c`` / ``b * c`` or ``b + c``. Exact in real arithmetic; the Conv
     must be the Mul/Add's only producer and the Mul/Add the Conv's only consumer. Returns #folded."""
-    folded = 0
+    folds = {} if folded is None else folded
+    n_folded = 0
     changed = True
     while changed:
         changed = False
@@ -234,12 +258,13 @@ def fold_affine_into_conv(graph: ir.Graph) -> int:
             else:
                 conv.resize_inputs(3)
                 conv.replace_input_with(2, new_b)
+            _record_fold(folds, nxt, conv)
             replace_value(graph, nxt.outputs[0], out)
             graph.remove(nxt, safe=True)
-            folded += 1
+            n_folded += 1
             changed = True
     drop_unused_initializers(graph)
-    return folded
+    return n_folded
 
 
 def _unpadded(conv: ir.Node) -> bool:
@@ -248,12 +273,12 @@ def _unpadded(conv: ir.Node) -> bool:
     return (pads is None or not any(pads.value)) and (auto_pad is None or auto_pad.value in ("NOTSET", "VALID"))
 
 
-def fold_shift_into_unpadded_conv(graph: ir.Graph) -> int:
+def fold_shift_into_unpadded_conv(graph: ir.Graph, folded: dict | None = None) -> int:
     """``Add(x, c) -> Conv`` with ``c`` constant per input channel (or scalar), the Conv unpadded and the
     Add's only reader: the Conv reads ``x`` and its bias gains ``sum_{c, k} W[o, c, k] * c[c]`` (within
     the output's group). Exact in real arithmetic: with no padding every tap reads a shifted value.
     Saves an integer add per affine block (a requantizing QLinearAdd over the whole map). Returns #folded."""
-    folded = 0
+    n_folded = 0
     for conv in list(graph):
         if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(conv.inputs) < 2 or not _unpadded(conv):
             continue
@@ -292,13 +317,15 @@ def fold_shift_into_unpadded_conv(graph: ir.Graph) -> int:
         else:
             conv.resize_inputs(3)
             conv.replace_input_with(2, new_b)
+        if folded is not None:
+            _record_fold(folded, add, conv)
         graph.remove(add, safe=True)
-        folded += 1
+        n_folded += 1
     drop_unused_initializers(graph)
-    return folded
+    return n_folded
 
 
-def fuse_matmul_add_into_gemm(graph: ir.Graph) -> int:
+def fuse_matmul_add_into_gemm(graph: ir.Graph, folded: dict | None = None) -> int:
     """``MatMul(x, W) -> Add(b)`` -> ``Gemm(x, W, b)`` when x is 2-D, W a constant matrix and b a
     constant vector over W's columns (or a scalar). Returns #fused."""
     fused = 0
@@ -324,6 +351,9 @@ def fuse_matmul_add_into_gemm(graph: ir.Graph) -> int:
         gemm.outputs[0].name = add.outputs[0].name + "_gemm"
         gemm.outputs[0].type, gemm.outputs[0].shape = add.outputs[0].type, add.outputs[0].shape
         graph.insert_before(mm, gemm)
+        if folded is not None:
+            _record_fold(folded, add, gemm)
+            _record_fold(folded, mm, gemm)
         replace_value(graph, add.outputs[0], gemm.outputs[0])  # a graph output keeps its name, now on the Gemm
         graph.remove([add, mm], safe=True)
         fused += 1

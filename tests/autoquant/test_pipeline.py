@@ -378,6 +378,27 @@ def test_exclude_a_node_by_its_name_when_prepare_rewrites_it():
     assert {d.node: d.quantized for d in qm.report.decisions}.get("conv") is False
 
 
+@pytest.mark.parametrize("name", ["bias_add", "shift", "conv"])
+def test_excluding_a_node_that_prepare_folded_excludes_the_node_that_absorbed_it(name):
+    """prepare folds a shift into the 1x1 conv after it and a bias Add into the conv before it; the user
+    still names them as in their model: the conv that now computes them stays float, and the model
+    written out carries no trace of the bookkeeping."""
+    g = Graph()
+    s = g.node("Add", [g.input("x", [1, 3, 6, 6]), g.const(np.array(0.5, np.float32), "c")], name="shift")
+    c = g.node("Conv", [s, g.const(conv_weight(RNG, 4, 3, k=1), "w"), g.const(np.ones(4, np.float32), "b")],
+               name="conv")
+    a = g.node("Add", [c, g.const(RNG.normal(size=(4, 1, 1)).astype(np.float32), "beta")], name="bias_add")
+    g.node("Sigmoid", [a], name="sig", out="y")
+    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=(name,))
+    decisions = {d.node: d for d in qm.report.decisions}
+    assert decisions["conv"].quantized is False and decisions["conv"].reason == "excluded by the user"
+    assert decisions["sig"].quantized
+    assert "conv" in qm.keep_float
+    assert not qm.qdq.graph.metadata_props and not qm.canonical.graph.metadata_props.get("qnnx.prepare.folded_into")
+    with pytest.raises(QnnxError, match="exclude_nodes names no node of the model: nope"):
+        _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=("nope",))
+
+
 def test_sqnr_threshold_very_high_sends_every_pattern_back_to_float(main_float):
     qm = _quantize(main_float, sqnr_threshold_db=1000.0)
     assert len(qm.report.decisions) == 7
