@@ -302,7 +302,8 @@ def fold_shift_into_unpadded_conv(graph: ir.Graph, folded: dict | None = None) -
         group = conv.attributes["group"].value if "group" in conv.attributes else 1
         per_group = w.shape[1]
         vec = _per_output_channel(c, len(y.shape), per_group * group)  # channel axis 1 of the conv input
-        if vec is None or x.dtype not in (ir.DataType.FLOAT, None):
+        # The Add must not broadcast x (x[1,1,H,W] + c[1,C,1,1] has C channels only after the Add).
+        if vec is None or x.dtype not in (ir.DataType.FLOAT, None) or x.shape is None or list(x.shape) != list(y.shape):
             continue
         # Output o of group g reads input channels g*per_group .. (g+1)*per_group - 1 through W[o, :].
         out_group = np.arange(w.shape[0]) // (w.shape[0] // group)

@@ -33,7 +33,6 @@ Ranges always include 0 (:func:`qparams_from_range`), so real 0 is exactly repre
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -684,17 +683,18 @@ def _xlogx(v: np.ndarray) -> np.ndarray:
 
 
 KL_EPS = 1e-4  # counts given to an empty last group of Q (ORT's / MXNet's smoothing epsilon)
+# KL values this close are equal: the evaluation's rounding error (terms of order log(total) ~ 10
+# cancelling) is ~1e-14, and real differences between candidates are far larger.
+KL_TIE = 1e-12
 
 
-@functools.lru_cache(maxsize=8)
 def _kl_group_bounds(n: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
     """The candidates ``i = levels .. n`` and, per candidate, the ``levels + 1`` bin boundaries of its
-    groups (``i // levels`` bins each, the last group up to ``i``). The same for every tensor with
-    this histogram size, so built once (they were half of the search's time)."""
+    groups (``i // levels`` bins each, the last group up to ``i``): one gather of the prefix sums per
+    quantity, differenced, instead of a gather at each group's start and end."""
     i = np.arange(levels, n + 1)
     bounds = (i // levels)[:, None] * np.arange(levels + 1)[None, :]
     bounds[:, -1] = i
-    i.flags.writeable = bounds.flags.writeable = False
     return i, bounds
 
 
@@ -749,7 +749,13 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
         # KL = sum P log P - sum P log Q with P = p / total, Q = q / sum(q)
         kl = (p_log_p - p_log_q) / total - np.log(total) + np.log(q_total)
     kl = np.where(np.isfinite(kl) & (csum[i] > 0), kl, np.inf)
-    return int(i[int(np.argmin(kl))])
+    # Candidates whose KL ties with the minimum up to float rounding: on sparse histograms P can equal Q
+    # for thresholds that clip most of the mass, and argmin alone let the summation order's last bit
+    # choose (one 14-value histogram: 228 bins kept, clipping 76% of it, vs all 1834). Among ties: the
+    # least clipped mass, then the fewest bins (thresholds over empty bins tie too; they only coarsen).
+    ties = np.flatnonzero(kl <= kl.min() + KL_TIE)
+    least = ties[clipped[ties] <= clipped[ties].min()]
+    return int(i[least[0]])
 
 
 @register_observer("entropy")

@@ -232,6 +232,45 @@ def test_max_pool_reads_its_own_per_channel_dequantize_so_ort_keeps_it_float(mai
     assert can_pool.inputs[0].producer().op_type != "requantize"
 
 
+def _shift_model(shift: float):
+    """x -> conv (padded) -> sigmoid -> Add(shift) -> conv (padded) -> y: the shift feeds a padded conv,
+    so prepare cannot fold it (padding taps would see 0, not the shift)."""
+    g = Graph()
+    c1 = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(RNG, 4, 3), "w1")], name="c1",
+                pads=[1, 1, 1, 1])
+    s = g.node("Sigmoid", [c1], name="sig")
+    a = g.node("Add", [s, g.const(np.array(shift, np.float32), "shift")], name="shift_add")
+    g.node("Conv", [a, g.const(conv_weight(RNG, 2, 4), "w2")], name="c2", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
+def test_a_constant_add_becomes_a_zero_point_shift():
+    # sigmoid's output is quantized on [0, 1] (scale 1/255, zero point 0); + 0.25 is 63.75 steps: the
+    # conv would read the sigmoid's integers with zero point -64, which uint8 cannot hold, so the add
+    # stays; at -0.25 the zero point becomes +64 and the add is gone.
+    stays = _quantize(_shift_model(0.25))
+    assert "Add" in [n.op_type for n in stays.qdq.graph]
+    model = _shift_model(-0.25)
+    qm = _quantize(model)
+    assert "Add" not in [n.op_type for n in qm.qdq.graph]
+    conv = nodes_by_name(qm.qdq)["c2"]
+    dq = conv.inputs[0].producer()
+    scale, zp = dq.inputs[1].const_value.numpy(), dq.inputs[2].const_value.numpy()
+    q = dq.inputs[0].producer()
+    q_scale, q_zp = qparams_of(q)
+    assert q.inputs[0].producer().op_type == "Sigmoid" and scale == q_scale
+    assert int(zp) == int(q_zp) + round(0.25 / float(q_scale)) == 64
+    # the integers now mean sigmoid - 64 steps: close to the float model, and FQ2I's canonical model
+    # (an integer conv with input zero point 64) agrees with ORT on the QDQ model
+    inputs = samples(4, seed=5)
+    want = _outputs(model, inputs)
+    got = _outputs(qm.qdq, inputs)
+    assert _cosine(want, got) > 0.999
+    assert not any(n.op_type == "Add" for n in qm.canonical.graph)
+    ref = _outputs(qm.canonical, inputs, runner=run_ref)
+    assert np.abs(ref - _outputs(qm.qdq, inputs, optimize=False)).max() <= _output_scale(qm.qdq) * 1.001
+
+
 def test_the_report_compares_every_output_with_the_float_model(main_float, main_quantized):
     (out,) = main_quantized.report.outputs
     assert out.name == "y" and out.samples == QuantConfig().fallback_samples

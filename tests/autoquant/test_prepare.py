@@ -195,33 +195,38 @@ def test_per_channel_mul_and_add_after_conv_fold_into_it(with_bias):
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("group, shift_shape", [(1, ()), (1, (1, 6, 1, 1)), (3, (6, 1, 1)), (6, (1,))])
-def test_a_shift_before_an_unpadded_conv_folds_into_its_bias(group, shift_shape):
+@pytest.mark.parametrize("group, shift_shape, k, attrs, shift_first", [
+    (1, (), 1, {}, False), (1, (1, 6, 1, 1), 1, {}, True), (3, (6, 1, 1), 1, {}, False),
+    (6, (1,), 1, {}, True), (6, (1, 6, 1, 1), 3, {}, False), (1, (6, 1, 1), 3, {"strides": [2, 2]}, True),
+    (2, (), 2, {"dilations": [2, 2]}, False), (1, (1, 6, 1, 1), 3, {"auto_pad": "VALID"}, False)])
+def test_a_shift_before_an_unpadded_conv_folds_into_its_bias(group, shift_shape, k, attrs, shift_first):
     """``Add(x, c) -> Conv`` without padding: the conv reads x, its bias takes sum(W * c) per output
-    (within the output's group); scalar and per-input-channel shifts, dense, grouped and depthwise."""
+    (within the output's group, over the whole kernel); scalar and per-input-channel shifts on either
+    Add input; dense, grouped and depthwise convs; k x k kernels with strides, dilations, VALID."""
     g = Graph()
-    x = g.input("x", [1, 6, 5, 5])
-    shift = RNG.normal(size=shift_shape).astype(np.float32)
-    a = g.node("Add", [x, g.const(shift, "shift")], name="shift_add")
-    w = RNG.normal(size=(12, 6 // group, 1, 1)).astype(np.float32)
+    x = g.input("x", [1, 6, 7, 7])
+    shift = g.const(RNG.normal(size=shift_shape).astype(np.float32), "shift")
+    a = g.node("Add", [shift, x] if shift_first else [x, shift], name="shift_add")
+    w = RNG.normal(size=(12, 6 // group, k, k)).astype(np.float32)
     g.node("Conv", [a, g.const(w, "w"), g.const(RNG.normal(size=12).astype(np.float32), "b")], name="pw",
-           group=group, out="y")
+           group=group, out="y", **attrs)
     model = g.model("y")
     p = prepare(model)
     assert _ops(p) == ["Conv"]
-    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 6, 5, 5)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 6, 7, 7)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["padded", "second_reader", "spatial_shift"])
+@pytest.mark.parametrize("case", ["padded", "same_upper", "second_reader", "spatial_shift", "broadcasts_x"])
 def test_a_shift_stays_where_the_conv_would_see_it_differently(case):
-    """Padding taps read 0, not the shift; a second reader needs the shifted value; a shift that varies
-    over space is no per-channel constant."""
+    """Padding taps read 0, not the shift (explicit pads or auto_pad); a second reader needs the shifted
+    value; a shift that varies over space is no per-channel constant; an Add that broadcasts x to more
+    channels is what the conv's weights expect, not x."""
     g = Graph()
-    x = g.input("x", [1, 4, 5, 5])
-    shift = RNG.normal(size=(1, 1, 5, 5) if case == "spatial_shift" else (1,)).astype(np.float32)
-    a = g.node("Add", [x, g.const(shift, "shift")], name="shift_add")
-    conv = g.node("Conv", [a, g.const(conv_weight(RNG, 4, 4), "w")], name="conv",
-                  pads=[1, 1, 1, 1] if case == "padded" else [0, 0, 0, 0])
+    x = g.input("x", [1, 1 if case == "broadcasts_x" else 4, 5, 5])
+    shift = RNG.normal(size={"spatial_shift": (1, 1, 5, 5), "broadcasts_x": (1, 4, 1, 1)}.get(case, (1,)))
+    a = g.node("Add", [x, g.const(shift.astype(np.float32), "shift")], name="shift_add")
+    pads = {"pads": [1, 1, 1, 1]} if case == "padded" else {"auto_pad": "SAME_UPPER"} if case == "same_upper" else {}
+    conv = g.node("Conv", [a, g.const(conv_weight(RNG, 4, 4), "w")], name="conv", **pads)
     outs = ["y"]
     if case == "second_reader":
         g.node("Relu", [a], name="other", out="z")
@@ -230,7 +235,8 @@ def test_a_shift_stays_where_the_conv_would_see_it_differently(case):
     model = g.model(*outs)
     p = prepare(model)
     assert "Add" in _ops(p)
-    _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+    shape = (1, 1 if case == "broadcasts_x" else 4, 5, 5)
+    _assert_same_outputs(model, p, {"x": RNG.standard_normal(shape).astype(np.float32)}, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["two_consumers", "spatial_constant"])

@@ -519,6 +519,19 @@ def test_kl_threshold_bins_matches_a_literal_loop(seed):
     assert got < n or seed == 0
 
 
+def test_kl_ties_keep_the_least_clipping_threshold():
+    """On a sparse histogram P equals Q for thresholds that clip most of the data (KL 0 either way): the
+    float rounding of the KL sum must not pick one of those; and thresholds over an empty tail tie too,
+    where the fewest bins wins (more would only coarsen the grid)."""
+    h = np.zeros(1834)
+    h[[227, 281, 336, 385, 504, 570, 613, 777, 1128, 1262, 1314, 1328, 1471, 1833]] = [
+        507, 643, 561, 334, 578, 490, 301, 725, 217, 833, 548, 812, 974, 349]
+    assert kl_threshold_bins(h, 128) == 1834
+    tail = np.concatenate([np.random.default_rng(3).poisson(50.0, 600), np.zeros(300)])
+    keep = kl_threshold_bins(tail, 128)
+    assert keep <= 600 and keep == kl_threshold_bins(tail[:600], 128)
+
+
 def test_kl_threshold_bins_simple_cases():
     assert kl_threshold_bins(np.ones(100), 128) == 100  # fewer bins than levels: no clipping
     assert kl_threshold_bins(np.full(1000, 7), 128) == 1000  # uniform: clipping only hurts
