@@ -197,7 +197,7 @@ class QuantReport:
     calibration_seconds: float = 0.0
     num_samples: int = 0
     left_in_float: list[tuple[str, str, str]] = field(default_factory=list)
-    speed: SpeedReport | None = None  # with QuantConfig(speed_fallback=True)
+    speed: SpeedReport | None = None  # unless QuantConfig(speed_fallback="off")
     outputs: list[OutputAgreement] = field(default_factory=list)
 
     def far_outputs(self) -> list[OutputAgreement]:
