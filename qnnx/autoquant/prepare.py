@@ -67,7 +67,15 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
     m = fuse_layer_norm(m)
     folded: dict[str, ir.Node] = {}  # user name of a node folded away -> the node that absorbed it
     if fold_affine_into_conv(m.graph, folded):  # a bias Add folded away may have hidden a BatchNorm from its conv
+        # The fusion replaces such a conv by one that makes the BatchNorm's output: follow it by that name.
+        after = {key: [o.name for u in node.outputs[0].uses() for o in u.node.outputs] for key, node in folded.items()}
         m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
+        producers = {o.name: n for n in m.graph for o in n.outputs}
+        for key, node in list(folded.items()):
+            if node.graph is not m.graph:
+                found = [producers[name] for name in after[key] if name in producers]
+                if found:
+                    folded[key] = found[0]
         fold_affine_into_conv(m.graph, folded)
     fold_shift_into_unpadded_conv(m.graph, folded)
     fuse_matmul_add_into_gemm(m.graph, folded)

@@ -438,6 +438,25 @@ def test_excluding_a_node_that_prepare_folded_excludes_the_node_that_absorbed_it
         _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=("nope",))
 
 
+def test_excluding_a_bias_add_that_hid_a_batch_norm_follows_the_conv_fusion():
+    """Conv -> bias Add -> BatchNorm: prepare folds the Add into the conv, then fuses the BatchNorm, which
+    replaces the conv by one named after the BatchNorm; naming the Add still finds (and excludes) it."""
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1])
+    a = g.node("Add", [c, g.const(RNG.normal(size=(4, 1, 1)).astype(np.float32), "beta")], name="bias_add")
+    bn = g.node("BatchNormalization", [a] + [g.const(v.astype(np.float32), n) for n, v in (
+        ("gamma", np.full(4, 1.5)), ("b", np.full(4, 0.1)), ("mean", np.full(4, 0.2)), ("var", np.ones(4)))],
+        name="bn")
+    r = g.node("Relu", [bn], name="relu")
+    g.node("Conv", [r, g.const(conv_weight(RNG, 2, 4), "w2")], name="head", out="y")
+    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=("bias_add",))
+    decisions = {d.node: d for d in qm.report.decisions}
+    assert decisions["bn"].op_type == "Conv"  # the fused conv, named after the BatchNorm
+    assert decisions["bn"].quantized is False and decisions["bn"].reason == "excluded by the user"
+    assert decisions["head"].quantized
+
+
 def test_sqnr_threshold_very_high_sends_every_pattern_back_to_float(main_float):
     qm = _quantize(main_float, sqnr_threshold_db=1000.0)
     assert len(qm.report.decisions) == 7
