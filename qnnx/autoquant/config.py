@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from qnnx.errors import QnnxError
@@ -160,7 +161,7 @@ class SpeedReport:
     skipped: str = ""  # speed_fallback="auto" stopped early: why (no kind was tried)
 
     def lines(self) -> list[str]:
-        if self.skipped and not self.int8_ms == self.int8_ms:  # NaN: stopped before timing int8
+        if self.skipped and math.isnan(self.int8_ms):  # stopped before timing int8
             return [f"speed (ONNX Runtime, 1 thread): float {self.float_ms:.3f} ms; {self.skipped}"]
         out = [f"speed (ONNX Runtime, 1 thread): float {self.float_ms:.3f} ms, all int8 {self.int8_ms:.3f} ms "
                f"({self.float_ms / self.int8_ms:.2f}x)"]

@@ -261,11 +261,7 @@ def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None) -> int:
             new_w = builder.const(w, "folded_weight")
             new_b = builder.const(bias.astype(np.float32), "folded_bias")
             conv.replace_input_with(1, new_w)
-            if len(conv.inputs) > 2:
-                conv.replace_input_with(2, new_b)
-            else:
-                conv.resize_inputs(3)
-                conv.replace_input_with(2, new_b)
+            _set_bias(conv, new_b)
             _record_fold(folds, nxt, conv)
             replace_value(graph, nxt.outputs[0], out)
             graph.remove(nxt, safe=True)
@@ -273,6 +269,13 @@ def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None) -> int:
             changed = True
     drop_unused_initializers(graph)
     return n_folded
+
+
+def _set_bias(conv: ir.Node, bias: ir.Value) -> None:
+    """``bias`` as the (Conv/ConvTranspose) node's third input, added when it had none."""
+    if len(conv.inputs) < 3:
+        conv.resize_inputs(3)
+    conv.replace_input_with(2, bias)
 
 
 def _unpadded(conv: ir.Node) -> bool:
@@ -321,11 +324,7 @@ def fold_shift_into_unpadded_conv(graph: ir.Graph, folded: dict | None = None) -
         builder = Builder(graph, conv.name or "Conv")
         new_b = builder.const((bias + delta).astype(np.float32), "shifted_bias")
         conv.replace_input_with(0, x)
-        if has_b:
-            conv.replace_input_with(2, new_b)
-        else:
-            conv.resize_inputs(3)
-            conv.replace_input_with(2, new_b)
+        _set_bias(conv, new_b)
         if folded is not None:
             _record_fold(folded, add, conv)
         graph.remove(add, safe=True)

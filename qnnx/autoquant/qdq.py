@@ -91,6 +91,13 @@ def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarra
     node.replace_input_with(index, dq)
 
 
+def _drop_if_dead(graph: ir.Graph, node: ir.Node) -> None:
+    """Remove ``node`` (still in ``graph``) once nothing reads its output: runtimes do not always drop
+    dead nodes (ORT 1.31 runs them)."""
+    if node.graph is graph and not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
+        graph.remove(node, safe=True)
+
+
 def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
     """``DQ(x_q) -> Mul/Div(c) -> Q -> DQ`` becomes ``DQ(x_q, scale * factor)``: the same integers,
     reinterpreted, so no float op, no requantization and nothing for a runtime to leave unfused."""
@@ -111,8 +118,7 @@ def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
     replace_value(graph, y, out)  # float readers of y (none but the Q in practice)
     for n in (dq_y, q_y, node):
         graph.remove(n, safe=True)
-    if not dq_x.outputs[0].uses() and not dq_x.outputs[0].is_graph_output():
-        graph.remove(dq_x, safe=True)  # runtimes do not always drop dead nodes (ORT 1.31 runs them)
+    _drop_if_dead(graph, dq_x)
 
 
 # The int32 bias must leave the accumulator headroom: |bias / (x_scale * w_scale)| <= 2**30.
@@ -280,8 +286,7 @@ def float_max_pools(graph: ir.Graph) -> int:
         per_axis.type, per_axis.shape = x.type, x.shape
         graph.insert_before(node, b.nodes)
         node.replace_input_with(0, per_axis)
-        if not dq.outputs[0].uses() and not dq.outputs[0].is_graph_output():
-            graph.remove(dq, safe=True)
+        _drop_if_dead(graph, dq)
         changed += 1
     return changed
 
@@ -345,9 +350,9 @@ def shifts_as_zero_points(graph: ir.Graph) -> int:
             replace_value(graph, d.outputs[0], out)
         constant_dq = add.inputs[1 - i].producer()
         graph.remove([*dq_ys, q, add], safe=True)
-        for n in (constant_dq, dq_x):  # runtimes do not always drop dead nodes (ORT 1.31 runs them)
-            if n is not None and n.graph is graph and not n.outputs[0].uses() and not n.outputs[0].is_graph_output():
-                graph.remove(n, safe=True)
+        for n in (constant_dq, dq_x):
+            if n is not None:
+                _drop_if_dead(graph, n)
         removed += 1
     return removed
 
