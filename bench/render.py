@@ -2,7 +2,8 @@
 
 Everything here is a pure function of a ``numpy.random.Generator`` so the
 benchmark data are reproducible bit-for-bit from a seed; no files are read
-except the system DejaVu fonts.  Images are returned as uint8 **BGR** arrays
+except the system DejaVu fonts and, for :func:`photo_scene`, photographs that ship inside
+scikit-image and matplotlib.  Images are returned as uint8 **BGR** arrays
 because that is what rapidocr and nudenet receive from ``cv2.imread``.
 
 There is no CJK font on this machine (``fc-list`` shows DejaVu only), so the
@@ -13,6 +14,10 @@ which exist in the PP-OCRv4 recognizer charset.
 (word lists and templates, no corpus).
 """
 from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -145,6 +150,57 @@ def scene(rng: np.random.Generator, size: tuple[int, int] = (400, 300)) -> np.nd
         s = float(rng.uniform(0.6, 1.5))
         _figure(img, rng, int(rng.integers(40, W - 40)), int(rng.integers(20, max(21, H - int(150 * s)))), s)
     img = cv2.GaussianBlur(img, (3, 3), 0.8) + rng.normal(0, 6, img.shape)  # float64 from here
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+# --------------------------------------------------------------------------- photographs
+# The only photographs of people in installed packages: scikit-image's astronaut (Eileen Collins) and
+# cameraman, matplotlib's Grace Hopper. Backgrounds: scikit-image's other natural photographs.
+PEOPLE = (("skimage", "data/astronaut.png"), ("skimage", "data/camera.png"),
+          ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg"))
+BACKGROUNDS = tuple(("skimage", f"data/{f}") for f in (
+    "coffee.png", "chelsea.png", "motorcycle_left.png", "rocket.jpg", "brick.png", "grass.png", "gravel.png"))
+
+
+@cache
+def packaged_photo(package: str, relpath: str) -> np.ndarray:
+    """A photograph shipped inside an installed package, as uint8 BGR (grey ones as 3 channels)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"the photo benchmark needs {package} installed (pip install -e '.[bench]')")
+    path = Path(spec.submodule_search_locations[0]) / relpath
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise SystemExit(f"{path}: not a readable image")
+    return img
+
+
+def photo_scene(rng: np.random.Generator, size: tuple[int, int] = (400, 300)) -> np.ndarray:
+    """A random crop of a real background photograph with 1-2 real portraits pasted in.
+
+    Each portrait is scaled to 45-100% of the scene height, maybe mirrored, shifted in brightness
+    and contrast, and may run off an edge; light sensor noise on top. The faces are real, so
+    nudenet's detections on these are confident, unlike on :func:`scene`'s drawn figures.
+    """
+    W, H = size
+    bg = packaged_photo(*BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))])
+    s = max(W / bg.shape[1], H / bg.shape[0]) * float(rng.uniform(1.0, 1.6))
+    bg = cv2.resize(bg, (max(W, round(bg.shape[1] * s)), max(H, round(bg.shape[0] * s))), interpolation=cv2.INTER_AREA)
+    y0, x0 = int(rng.integers(0, bg.shape[0] - H + 1)), int(rng.integers(0, bg.shape[1] - W + 1))
+    img = bg[y0:y0 + H, x0:x0 + W].astype(np.float32)
+    for _ in range(int(rng.integers(1, 3))):
+        p = packaged_photo(*PEOPLE[int(rng.integers(len(PEOPLE)))])
+        h = int(H * rng.uniform(0.45, 1.0))
+        w = max(1, round(p.shape[1] * h / p.shape[0]))
+        p = cv2.resize(p, (w, h), interpolation=cv2.INTER_AREA).astype(np.float32)
+        if rng.random() < 0.5:
+            p = p[:, ::-1]
+        p = (p - 128) * float(rng.uniform(0.75, 1.25)) + 128 + float(rng.uniform(-30, 30))
+        x, y = int(rng.integers(-w // 4, W - 3 * w // 4)), int(rng.integers(-h // 8, H - 7 * h // 8 + 1))
+        sx, sy = max(0, -x), max(0, -y)
+        ex, ey = min(w, W - x), min(h, H - y)
+        img[y + sy:y + ey, x + sx:x + ex] = p[sy:ey, sx:ex]
+    img = img + rng.normal(0, 4, img.shape)
     return np.clip(img, 0, 255).astype(np.uint8)
 
 

@@ -56,6 +56,14 @@ def _model(help: str, metavar: str = "MODEL"):
     return typer.Argument(metavar=metavar, help=help, show_default=False)
 
 
+def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
+    if not names:
+        return QuantConfig.consumer_functions
+    if names == ["none"]:
+        return ()
+    return tuple(names)
+
+
 def _output_path(inp: str, out: str) -> Path:
     if Path(out).resolve() == Path(inp).resolve():
         raise QnnxError("refusing to overwrite the input model; choose another -o path", where=out)
@@ -183,6 +191,11 @@ def quantize(
         bias_correction: Annotated[bool, typer.Option(
             "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
             "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
+        consumer_function: Annotated[list[str] | None, typer.Option(
+            "--consumer-function", metavar="NAME", show_default=False,
+            help="with --method mse, judge an activation read only by this function (silu, sigmoid, hardswish) "
+            "by the error of the function's output (repeatable; replaces the default silu and sigmoid; none: "
+            "judge every activation by its own error)")] = None,
         speed_fallback: Annotated[SpeedFallback, typer.Option(
             "--speed-fallback", help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds "
             "of layers float where int8 is measured slower, or the whole model when int8 is not faster: auto = "
@@ -242,7 +255,8 @@ def quantize(
                          propagate_error=propagate_error, speed_fallback=speed_fallback.value,
                          calibration="float" if sequential is None else "sequential",
                          sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
-                         bias_correction=bias_correction, progress=not quiet)
+                         bias_correction=bias_correction, progress=not quiet,
+                         consumer_functions=_consumer_functions(consumer_function))
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)

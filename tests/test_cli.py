@@ -228,6 +228,36 @@ def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
     assert e.value.code == 1 and "'auto', 'on', 'off'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, want", [([], ("silu", "sigmoid")), (["none"], ()),
+                                         (["hardswish", "silu"], ("hardswish", "silu"))])
+def test_quantize_consumer_function_option(quantize_case, capsys, monkeypatch, argv, want):
+    import qnnx.autoquant
+
+    seen = []
+    real = qnnx.autoquant.quantize
+
+    def spy(model, calibration, config):
+        seen.append(config.consumer_functions)
+        return real(model, calibration, config)
+
+    monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    options = [a for name in argv for a in ("--consumer-function", name)]
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q", *options]) == 0
+    assert seen == [want]
+
+
+def test_quantize_unknown_consumer_function_is_one_line(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q",
+                 "--consumer-function", "gelu"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown consumer function(s) 'gelu'; expected some of sigmoid, silu" in err
+    assert not out.exists()
+
+
 def _bad_quantize_case(tmp_path, case, src, calib):
     """Set up ``case``; returns (argv model path, calib dir, expected message)."""
     if case == "missing model":
@@ -310,7 +340,7 @@ def test_quantize_help_mentions_every_option(capsys):
     for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
                    "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
                    "--sqnr-threshold", "--propagate-error", "--sequential", "--speed-fallback", "--random-calibration",
-                   "-q",
+                   "--consumer-function", "-q",
                    "--quiet"):
         assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
     for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",

@@ -37,6 +37,7 @@ from qnnx.autoquant.config import Decision, OutputAgreement, QuantConfig, QuantR
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
+from qnnx.autoquant.consumers import consumer_function
 from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import realize_qdq
@@ -320,7 +321,11 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
                                        if r in wanted and v is not r and not _permutation_of(v, r)]
     obs_cfg = ObserverConfig(method=config.method, dtype=config.activation_dtype,
                              symmetric=config.activation_symmetric, percentile=config.percentile)
-    observers = observers if observers is not None else {r: make_observer(obs_cfg) for r in roots}
+    if observers is None:
+        shared = {r for v, r in the_plan.groups.items() if v is not r}
+        observers = {r: make_observer(obs_cfg if r in shared else
+                                      replace(obs_cfg, consumer=consumer_function(r, config.consumer_functions)))
+                     for r in roots}
     if isinstance(model, Simulated):
         sess, extra = model.session, qparam_feed(model.inputs, qparams or {})
         names = [model.inputs[v.name].observed for v, _ in fetch]

@@ -15,7 +15,9 @@ whatever the number of batches, and observers that saw disjoint batches combine 
 ``"entropy"``         KL-divergence threshold search (TensorRT's calibration, as ONNX Runtime's
                       ``EntropyCalibrater``), from a histogram
 ``"mse"``             the clipping range minimising expected quantization MSE (rounding noise
-                      inside the range + clipping error outside), from a histogram
+                      inside the range + clipping error outside), from a histogram; optionally
+                      the error seen through the elementwise function that consumes the tensor
+                      (``consumer``, :data:`CONSUMER_FUNCTIONS`)
 
 Histogram state (:class:`HistogramObserver`): ``bins`` int64 counts on a *canonical grid*:
 bin ``g`` (a global integer) is ``[g*w, (g+1)*w)`` with ``w`` a power of two, and ``w`` is the
@@ -60,6 +62,41 @@ MAX_BINS = 1 << 20  # histogram bins; a typo like bins=10**9 fails in the config
 _WIDTH_FLOOR_BITS = 40
 # Width of an all-zero histogram (and absolute floor): far below any float32 value's floor above.
 _MIN_WIDTH = 2.0 ** -1000
+
+
+# --------------------------------------------------------------------------- consumer functions
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warning for large |x|
+
+
+def _silu(x):
+    return x * _sigmoid(x), _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x)))
+
+
+def _hardswish(x):
+    inner = np.clip(x + 3.0, 0.0, 6.0)
+    return x * inner / 6.0, np.where(x < -3.0, 0.0, np.where(x > 3.0, 1.0, (2.0 * x + 3.0) / 6.0))
+
+
+def _sigmoid_pair(x):
+    s = _sigmoid(x)
+    return s, s * (1.0 - s)
+
+
+# The elementwise function a tensor's only reader applies, for the "mse" method: x -> (f(x), f'(x))
+# (float64 arrays). A range is then judged by the error of f(x) rather than of x, so a tail that f
+# flattens (SiLU's and hard-swish's negative side, both tails of a sigmoid) is clipped for
+# resolution where f is steep. A positive constant factor on f changes no choice.
+# Weight of the plain error of x next to the error of f(x): keeps a range from collapsing where f is flat.
+CONSUMER_IDENTITY_WEIGHT = 1e-8
+CONSUMER_FUNCTIONS: dict[str, object] = {
+    "identity": None,
+    "silu": _silu,
+    "hardswish": _hardswish,
+    "sigmoid": _sigmoid_pair,
+}
 
 
 # --------------------------------------------------------------------------- qparams
@@ -199,8 +236,9 @@ class ObserverConfig:
     ``axis``: per-channel axis (weights), only for methods that support it (minmax,
     moving_average); histogram methods are per-tensor. ``percentile`` in (0, 100] (percentile
     method), ``averaging_constant`` in (0, 1] (moving_average), ``bins`` in [16, 2**20]
-    (histogram methods). Every field is checked whatever the method, so a bad value never hides
-    until someone switches methods.
+    (histogram methods), ``consumer`` a key of :data:`CONSUMER_FUNCTIONS` (the "mse" method judges
+    the error through it; the other methods ignore it). Every field is checked whatever the method,
+    so a bad value never hides until someone switches methods.
     """
 
     method: str = "minmax"
@@ -211,6 +249,7 @@ class ObserverConfig:
     averaging_constant: float = 0.01
     bins: int = 2048
     reduce_range: bool = False
+    consumer: str = "identity"  # a key of CONSUMER_FUNCTIONS; only the "mse" method uses it
 
     def __post_init__(self):
         cls = OBSERVERS.get(self.method) if isinstance(self.method, str) else None
@@ -234,6 +273,9 @@ class ObserverConfig:
             raise QnnxError(f"averaging_constant must be in (0, 1], got {self.averaging_constant!r}")
         if not (_is_int(self.bins) and 16 <= self.bins <= MAX_BINS):
             raise QnnxError(f"bins must be an int in [16, {MAX_BINS}], got {self.bins!r}")
+        if not isinstance(self.consumer, str) or self.consumer not in CONSUMER_FUNCTIONS:
+            raise QnnxError(f"unknown consumer function {self.consumer!r}; expected one of "
+                            f"{', '.join(CONSUMER_FUNCTIONS)}")
 
 
 # --------------------------------------------------------------------------- observers
@@ -803,9 +845,59 @@ class MSEObserver(HistogramObserver):
 
     def _clipping_range(self):
         qmin, qmax = quant_range(self.config.dtype, self.config.reduce_range)
+        fn = CONSUMER_FUNCTIONS[self.config.consumer]
+        if fn is not None:
+            return self._consumer_range(fn, qmax - qmin)
         if self.config.symmetric:
             return self._symmetric_range((qmax - qmin) / 2)
         return self._asymmetric_range(qmax - qmin)
+
+    def _consumer_range(self, fn, steps: int):
+        """The range minimising the expected squared error of ``f(x)`` (``config.consumer``): bin mass at
+        its centre ``c``; inside, rounding noise ``f'(c)**2 * step**2 / 12``; outside, ``(f(c) - f(bound))**2``;
+        plus :data:`CONSUMER_IDENTITY_WEIGHT` times the plain error of ``x``, so a range never collapses
+        where ``f`` is flat. Candidates as the plain method; symmetric ranges are the pairs ``(-T, T)``."""
+        counts, width, start = self._zero_covering()
+        h = counts.astype(np.float64)
+        x = (start + np.arange(h.size) + 0.5) * width
+        fx, slope = fn(x)
+        zero = np.zeros(1)
+
+        def prefix(v):
+            return np.concatenate([zero, np.cumsum(v)])
+
+        n = prefix(h)
+        sums = [(fn, prefix(h * fx), prefix(h * fx * fx), prefix(h * slope * slope), 1.0),
+                (lambda v: (v, None), prefix(h * x), prefix(h * x * x), n, CONSUMER_IDENTITY_WEIGHT)]
+        first, last = int(np.flatnonzero(h)[0]), int(np.flatnonzero(h)[-1])
+        zero_bin = int(-start)
+        if self.config.symmetric:
+            reach = max(zero_bin - first, last + 1 - zero_bin)
+            k = np.arange(1, reach + 1)
+            hi_val = k * width
+            hi_val[-1] = self._amax()
+            lo_idx, hi_idx = np.clip(zero_bin - k, 0, h.size), np.clip(zero_bin + k, 0, h.size)
+            lo_idx[-1], hi_idx[-1] = 0, h.size
+            lo_val = -hi_val
+        else:
+            lo_idx = np.concatenate([[first], np.arange(max(first + 1, 0), zero_bin + 1)])
+            lo_val = np.concatenate([[min(self._min, 0.0)], (start + lo_idx[1:]) * width])
+            hi_idx = np.concatenate([np.arange(zero_bin, last + 1), [last + 1]])
+            hi_val = np.concatenate([(start + hi_idx[:-1]) * width, [max(self._max, 0.0)]])
+            sel = _capped(np.arange(lo_idx.size))
+            lo_idx, lo_val = lo_idx[sel, None], lo_val[sel, None]
+            sel = _capped(np.arange(hi_idx.size))
+            hi_idx, hi_val = hi_idx[None, sel], hi_val[None, sel]
+        step = (hi_val - lo_val) / steps
+        cost = 0.0
+        for f, s1, s2, noise, weight in sums:
+            f_lo, f_hi = f(lo_val)[0], f(hi_val)[0]
+            left = f_lo * f_lo * n[lo_idx] - 2 * f_lo * s1[lo_idx] + s2[lo_idx]
+            right = (s2[-1] - s2[hi_idx]) - 2 * f_hi * (s1[-1] - s1[hi_idx]) + f_hi * f_hi * (n[-1] - n[hi_idx])
+            cost = cost + weight * (left + right + step * step / 12 * (noise[hi_idx] - noise[lo_idx]))
+        best = np.unravel_index(int(np.argmin(cost)), np.shape(cost))
+        lo, hi = np.broadcast_arrays(lo_val, hi_val)
+        return self._clip_to_data(float(lo[best]), float(hi[best]))
 
     def _symmetric_range(self, half_steps: float):
         hist, width = self._abs_histogram()

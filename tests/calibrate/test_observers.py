@@ -30,7 +30,7 @@ from qnnx import QnnxError, numerics
 from qnnx.calibrate import (MIN_SCALE, OBSERVERS, ZERO_RANGE_SCALE, MinMaxObserver, Observer, ObserverConfig,
                             QParams, kl_threshold_bins, make_observer, qparams_from_range, quant_range,
                             register_observer)
-from qnnx.calibrate.observers import KL_EPS
+from qnnx.calibrate.observers import CONSUMER_FUNCTIONS, KL_EPS
 
 METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
 HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
@@ -761,3 +761,69 @@ def test_per_channel_errors():
         obs("minmax", axis=0).observe(np.float32(1.0))
     with pytest.raises(QnnxError, match="axis=2 is out of range"):
         obs("minmax", axis=2).observe(np.zeros((2, 3), np.float32))
+
+
+# --------------------------------------------------------------------------- mse through a consumer function
+
+def _actual_error_through(name: str, x: np.ndarray, lo: float, hi: float, dtype: str, symmetric: bool) -> float:
+    fn = CONSUMER_FUNCTIONS[name]
+    qp = qparams_from_range(lo, hi, dtype, symmetric)
+    xd = x.astype(np.float64)
+    return float(np.mean((fn(roundtrip(qp, x))[0] - fn(xd)[0]) ** 2))
+
+
+@pytest.fixture(scope="module")
+def conv_output_like():
+    """A bulk N(0, 2) with a far negative tail (2%) and a sparse positive one, like a conv output
+    before SiLU: minmax spends most levels on the negative side, which SiLU flattens to ~0."""
+    rng = np.random.default_rng(21)
+    return np.concatenate([rng.normal(0, 2, 100_000), rng.normal(-60, 20, 2_000),
+                           rng.uniform(0, 100, 300)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype, symmetric", [("uint8", False), ("int8", True)])
+@pytest.mark.parametrize("name", ["silu", "hardswish", "sigmoid"])
+def test_mse_through_the_consumer_beats_plain_mse_on_the_consumers_output(conv_output_like, name, dtype, symmetric):
+    x = conv_output_like
+    plain = [float(v) for v in feed(obs("mse", dtype=dtype, symmetric=symmetric), [x]).compute_range()]
+    o = feed(obs("mse", dtype=dtype, symmetric=symmetric, consumer=name), [x])
+    lo, hi = (float(v) for v in o.compute_range())
+    assert lo <= 0 <= hi and hi - lo > 1.0
+    if symmetric:
+        assert lo == -hi
+    ours, theirs = (_actual_error_through(name, x, *r, dtype, symmetric) for r in ((lo, hi), plain))
+    # a symmetric range cannot drop one side, so there is less to win
+    assert ours < (0.9 if symmetric else 0.5) * theirs, (name, (lo, hi), plain)
+    # and within 5% of the best of a brute-force grid of ranges, measured with the reference numerics
+    if symmetric:
+        grid = [(-t, t) for t in np.geomspace(2, 110, 60)]
+    else:
+        grid = [(a, b) for a in -np.geomspace(1, 110, 25) for b in np.geomspace(2, 100, 25)]
+    best = min(_actual_error_through(name, x, a, b, dtype, symmetric) for a, b in grid)
+    assert ours <= 1.05 * best
+
+
+def test_mse_through_silu_clips_the_flat_side_only(conv_output_like):
+    lo, hi = (float(v) for v in feed(obs("mse", consumer="silu"), [conv_output_like]).compute_range())
+    assert -8 < lo < -2  # SiLU is within 0.003 of 0 below -8: levels there are wasted
+    assert hi > 90  # the positive side passes through SiLU unchanged: still worth covering
+
+
+def test_mse_through_a_function_flat_over_all_the_data_keeps_a_range():
+    x = -5 - np.random.default_rng(3).random(1_000).astype(np.float32)  # hard-swish is 0 below -3
+    lo, hi = (float(v) for v in feed(obs("mse", consumer="hardswish"), [x]).compute_range())
+    # the tie-breaking plain error still covers the data (0 joins the range in compute_qparams)
+    assert lo <= float(x.min()) + 0.05 and hi >= float(x.max()) - 0.05
+
+
+def test_consumer_identity_is_the_plain_method(conv_output_like):
+    for symmetric, dtype in ((False, "uint8"), (True, "int8")):
+        a = feed(obs("mse", dtype=dtype, symmetric=symmetric), [conv_output_like]).compute_qparams()
+        b = feed(obs("mse", dtype=dtype, symmetric=symmetric, consumer="identity"),
+                 [conv_output_like]).compute_qparams()
+        assert a == b
+
+
+def test_unknown_consumer_function_is_refused():
+    with pytest.raises(QnnxError, match="unknown consumer function 'gelu'; expected one of identity, silu"):
+        ObserverConfig(method="mse", consumer="gelu")

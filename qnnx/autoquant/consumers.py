@@ -1,0 +1,111 @@
+"""Which elementwise function reads an activation, so its range is judged by that function's error.
+
+A conv output read only by a SiLU (``x * Sigmoid(x)``), a hard-swish or a sigmoid matters through
+that function: its flat tails (SiLU's and hard-swish's negative side, both sides of a sigmoid) can
+be clipped to buy resolution where the function is steep. :func:`consumer_function` names the
+function for the "mse" observer (``ObserverConfig.consumer``); ``"identity"`` when the value has any
+other reader, is a graph output, or the pattern does not match exactly.
+
+Recognizers, one narrow contract each (:data:`RECOGNIZERS`): ``(value, readers) -> bool``, where
+``readers`` are the nodes reading ``value``, each once. Which ones apply is
+``QuantConfig.consumer_functions`` (its comment has the measurements behind the default).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx_ir as ir
+
+from qnnx.ir import const_array
+
+
+def _scalar(v: ir.Value | None) -> float | None:
+    c = const_array(v)
+    return float(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
+
+
+def _only_reader(v: ir.Value) -> ir.Node | None:
+    users = v.uses()
+    return users[0].node if len(users) == 1 and not v.is_graph_output() else None
+
+
+def _sigmoid(x: ir.Value, readers: list[ir.Node]) -> bool:
+    return len(readers) == 1 and readers[0].op_type == "Sigmoid"
+
+
+def _silu(x: ir.Value, readers: list[ir.Node]) -> bool:
+    """``Mul(x, Sigmoid(x))`` (either operand order), the sigmoid read by that Mul alone."""
+    if len(readers) != 2:
+        return False
+    sig = next((n for n in readers if n.op_type == "Sigmoid"), None)
+    mul = next((n for n in readers if n.op_type == "Mul"), None)
+    if sig is None or mul is None:
+        return False
+    return _only_reader(sig.outputs[0]) is mul and {id(v) for v in mul.inputs} == {id(x), id(sig.outputs[0])}
+
+
+def _scales_by_constant(node: ir.Node, v: ir.Value) -> bool:
+    """``node`` multiplies or divides ``v`` by a positive scalar constant."""
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return False
+    other = node.inputs[1] if node.inputs[0] is v else node.inputs[0]
+    if node.op_type == "Div" and node.inputs[0] is not v:
+        return False
+    c = _scalar(other)
+    return c is not None and c > 0
+
+
+def _relu6_of_shift(a: ir.Node, x: ir.Value) -> ir.Value | None:
+    """``Clip(Add(x, 3), 0, 6)``, optionally scaled by positive constants: the value it ends in."""
+    if a.op_type != "Add" or len(a.inputs) != 2 or x not in a.inputs:
+        return None
+    if _scalar(a.inputs[1] if a.inputs[0] is x else a.inputs[0]) != 3.0:
+        return None
+    clip = _only_reader(a.outputs[0])
+    if clip is None or clip.op_type != "Clip" or len(clip.inputs) != 3:
+        return None
+    if _scalar(clip.inputs[1]) != 0.0 or _scalar(clip.inputs[2]) != 6.0:
+        return None
+    v = clip.outputs[0]
+    while (nxt := _only_reader(v)) is not None and _scales_by_constant(nxt, v):
+        v = nxt.outputs[0]
+    return v
+
+
+def _hardswish(x: ir.Value, readers: list[ir.Node]) -> bool:
+    """``HardSwish(x)``, or spelled out: ``x * Clip(x + 3, 0, 6)`` with positive constant factors."""
+    if len(readers) == 1:
+        return readers[0].op_type == "HardSwish"
+    if len(readers) != 2:
+        return False
+    add = next((n for n in readers if n.op_type == "Add"), None)
+    mul = next((n for n in readers if n.op_type == "Mul"), None)
+    if add is None or mul is None:
+        return False
+    inner = _relu6_of_shift(add, x)
+    return inner is not None and _only_reader(inner) is mul and {id(v) for v in mul.inputs} == {id(x), id(inner)}
+
+
+RECOGNIZERS: dict[str, Callable[[ir.Value, list[ir.Node]], bool]] = {
+    "sigmoid": _sigmoid,
+    "silu": _silu,
+    "hardswish": _hardswish,
+}
+
+
+def consumer_function(value: ir.Value, names=tuple(RECOGNIZERS)) -> str:
+    """The :data:`qnnx.calibrate.observers.CONSUMER_FUNCTIONS` key of the function reading ``value``,
+    among the recognizers ``names`` (``QuantConfig.consumer_functions``); else ``"identity"``."""
+    if value.is_graph_output():
+        return "identity"
+    readers = [u.node for u in value.uses()]
+    if len({id(n) for n in readers}) != len(readers):  # a node reading it twice (x * x): not a match
+        return "identity"
+    for name in names:
+        if RECOGNIZERS[name](value, readers):
+            return name
+    return "identity"
+
+
+__all__ = ["RECOGNIZERS", "consumer_function"]

@@ -1,0 +1,139 @@
+"""Which elementwise function reads an activation (qnnx.autoquant.consumers), and the calibration
+judging that activation's range by the function's error."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
+
+import qnnx
+from qnnx import QuantConfig
+from qnnx.autoquant.consumers import consumer_function
+from qnnx.ir import load_model
+
+RNG = np.random.default_rng(17)
+
+
+def _value(model, name: str):
+    m = load_model(model)
+    return next(v for n in m.graph for v in n.outputs if v.name == name)
+
+
+def _silu(g: Graph, x: str, swap: bool = False) -> str:
+    s = g.node("Sigmoid", [x], name="sig")
+    return g.node("Mul", [s, x] if swap else [x, s], name="mul", out="y")
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_silu_is_recognized_in_either_operand_order(swap):
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    _silu(g, x, swap)
+    assert consumer_function(_value(g.model("y"), "x")) == "silu"
+
+
+def test_silu_whose_sigmoid_has_another_reader_is_not_silu():
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    s = g.node("Sigmoid", [x], name="sig")
+    y = g.node("Mul", [x, s], name="mul")
+    g.node("Add", [y, s], name="other", out="z")  # the sigmoid's output has a second reader
+    model = g.model("z")
+    assert consumer_function(_value(model, "x")) == "identity"
+
+
+def test_sigmoid_alone_and_a_second_reader():
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    g.node("Sigmoid", [x], name="sig", out="y")
+    assert consumer_function(_value(g.model("y"), "x")) == "sigmoid"
+    g.node("Neg", [x], name="neg", out="z")
+    assert consumer_function(_value(g.model("y", "z"), "x")) == "identity"
+
+
+def test_a_graph_output_is_judged_as_itself():
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    g.node("Sigmoid", [x], name="sig", out="y")
+    assert consumer_function(_value(g.model("y", "x"), "x")) == "identity"
+
+
+def _spelled_hardswish(g: Graph, x: str, shift: float = 3.0, hi: float = 6.0, divide_last: bool = False) -> str:
+    a = g.node("Add", [x, g.const(np.float32(shift))], name="add3")
+    c = g.node("Clip", [a, g.const(np.float32(0)), g.const(np.float32(hi))], name="relu6")
+    if divide_last:  # Paddle's order: x * relu6(x + 3), then / 6
+        m = g.node("Mul", [x, c], name="mul")
+        return g.node("Div", [m, g.const(np.float32(6))], name="div", out="y")
+    d = g.node("Div", [c, g.const(np.float32(6))], name="div")
+    return g.node("Mul", [d, x], name="mul", out="y")
+
+
+@pytest.mark.parametrize("divide_last", [False, True])
+def test_spelled_out_hardswish_is_recognized(divide_last):
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    _spelled_hardswish(g, x, divide_last=divide_last)
+    assert consumer_function(_value(g.model("y"), "x")) == "hardswish"
+
+
+@pytest.mark.parametrize("shift, hi", [(2.0, 6.0), (3.0, 5.0)])
+def test_other_shift_or_clip_is_not_hardswish(shift, hi):
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    _spelled_hardswish(g, x, shift=shift, hi=hi)
+    assert consumer_function(_value(g.model("y"), "x")) == "identity"
+
+
+def test_hardswish_op_is_recognized():
+    g = Graph(opset=14)
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    g.node("HardSwish", [x], name="hs", out="y")
+    assert consumer_function(_value(g.model("y"), "x")) == "hardswish"
+
+
+def test_a_node_reading_the_value_twice_is_not_a_match():
+    g = Graph()
+    x = g.node("Relu", [g.input("a", [1, 4])], name="pre", out="x")
+    g.node("Mul", [x, x], name="sq", out="y")
+    assert consumer_function(_value(g.model("y"), "x")) == "identity"
+
+
+def _conv_silu_model(second_reader: bool):
+    """Conv whose output channel 1 sits far below 0 (bias -40), then SiLU: plain MSE must cover -45,
+    MSE through SiLU may drop the negative tail that SiLU maps to ~0."""
+    g = Graph()
+    x = g.input("x", [1, 2, 8, 8])
+    w = conv_weight(RNG, 2, 2)
+    c = g.node("Conv", [x, g.const(w), g.const(np.float32([0, -40]))], name="conv", out="c", pads=[1, 1, 1, 1])
+    y = _silu(g, c)
+    if second_reader:
+        g.node("Neg", [c], name="neg", out="z")
+        return g.model(y, "z")
+    return g.model(y)
+
+
+def test_a_conv_read_by_silu_gets_a_range_judged_through_silu():
+    calib = [RNG.standard_normal((1, 2, 8, 8)).astype(np.float32) for _ in range(8)]
+    cfg = QuantConfig(progress=False, speed_fallback="off")
+    lows = {}
+    for second in (False, True):
+        q = qnnx.quantize(_conv_silu_model(second), calib, cfg).qdq
+        scale, zp = qparams_of(qdq_of(q, "c")[0])
+        lows[second] = -float(zp) * float(scale)  # the lowest representable value of the conv output
+    assert lows[True] < -38  # another reader: the far negative channel is covered
+    assert -10 < lows[False] < -2  # read by SiLU alone: clipped where SiLU is flat, ~5x the resolution
+    # consumer_functions=(): every activation judged by its own error again
+    q = qnnx.quantize(_conv_silu_model(False), calib, QuantConfig(progress=False, speed_fallback="off",
+                                                                  consumer_functions=())).qdq
+    scale, zp = qparams_of(qdq_of(q, "c")[0])
+    assert -float(zp) * float(scale) < -38
+
+
+@pytest.mark.parametrize("value, message", [("silu", "must be a sequence of names"),
+                                            (("silu", "gelu"), "unknown consumer function(s) 'gelu'")])
+def test_consumer_functions_option_is_validated(value, message):
+    with pytest.raises(qnnx.QnnxError, match=re.escape(message)):
+        QuantConfig(consumer_functions=value)
