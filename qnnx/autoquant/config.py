@@ -9,6 +9,7 @@ from qnnx.autoquant.consumers import RECOGNIZERS as CONSUMER_FUNCTIONS
 from qnnx.errors import QnnxError
 
 METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
+HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
 CALIBRATIONS = ("float", "sequential")
@@ -85,6 +86,11 @@ class QuantConfig:
     # "hardswish" (the hard-swish bulk within 0-2 matters more downstream than its MSE says), so
     # hard-swish is not in the default. () judges every activation by its own error.
     consumer_functions: tuple[str, ...] = ("silu", "sigmoid")
+    # Histogram methods: weight of a loud channel's values in the activation histograms,
+    # min(1, median channel mean square / its own) ** channel_balance per batch (observers.py), so a
+    # few channels far above the rest no longer set the range of the whole tensor. None: 0.5 with
+    # "mse", 0 with the other methods. Measured: see the comment of effective_channel_balance.
+    channel_balance: float | None = None
     progress: bool = True
 
     def __post_init__(self):
@@ -116,6 +122,12 @@ class QuantConfig:
             raise QnnxError(f"fallback_samples must be >= 1, got {self.fallback_samples}")
         if self.num_samples is not None and self.num_samples < 1:
             raise QnnxError(f"num_samples must be >= 1, got {self.num_samples}")
+        if self.channel_balance is not None:
+            if not (isinstance(self.channel_balance, (int, float)) and 0 <= self.channel_balance <= 1):
+                raise QnnxError(f"channel_balance must be in [0, 1] or None, got {self.channel_balance!r}")
+            if self.channel_balance and self.method not in HISTOGRAM_METHODS:
+                raise QnnxError(f"channel_balance needs a histogram method ({', '.join(HISTOGRAM_METHODS)}), "
+                                f"not {self.method!r}")
         if isinstance(self.consumer_functions, str) or not all(isinstance(v, str) for v in self.consumer_functions):
             raise QnnxError("consumer_functions must be a sequence of names")
         object.__setattr__(self, "consumer_functions", tuple(self.consumer_functions))
@@ -128,6 +140,16 @@ class QuantConfig:
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise QnnxError(f"{name} must be a sequence of names")
             object.__setattr__(self, name, tuple(value))
+
+    @property
+    def effective_channel_balance(self) -> float:
+        """channel_balance, or its default for the method. Measured with "mse" (PP-OCRv4 rec, 32
+        calibration lines, 128 evaluation lines): mean char-accuracy drop over 9 calibration sets
+        2.23 -> 1.65 points at 0.5 (worst set 93.3% -> 96.5%); 1.0 clips the loud channels to ruin
+        (12-21% on 3 sets)."""
+        if self.channel_balance is not None:
+            return float(self.channel_balance)
+        return 0.5 if self.method == "mse" else 0.0
 
     @classmethod
     def from_dict(cls, values: dict) -> "QuantConfig":

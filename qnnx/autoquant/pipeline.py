@@ -224,9 +224,10 @@ def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Sim
 
 def _batchable(specs, observers) -> bool:
     """Samples may be concatenated along axis 0: every input's leading dim is dynamic and every
-    observer's statistic is independent of how the data is split."""
+    observer's statistic is independent of how the data is split (or only better estimated in
+    bigger batches: channel-balanced histograms, for which config.calibration_batch_size fixes it)."""
     return all(s.shape is not None and len(s.shape) > 0 and s.shape[0] is None for s in specs) and \
-        all(o.partition_invariant for o in observers)
+        all(o.partition_invariant or o.batch_statistics for o in observers)
 
 
 CALIBRATION_BATCH_BYTES = 32 << 20  # fetched activations per batched run
@@ -320,7 +321,8 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
     fetch = [(r, r) for r in roots] + [(v, r) for v, r in sorted(the_plan.groups.items(), key=lambda i: i[0].name)
                                        if r in wanted and v is not r and not _permutation_of(v, r)]
     obs_cfg = ObserverConfig(method=config.method, dtype=config.activation_dtype,
-                             symmetric=config.activation_symmetric, percentile=config.percentile)
+                             symmetric=config.activation_symmetric, percentile=config.percentile,
+                             channel_balance=config.effective_channel_balance)
     if observers is None:
         shared = {r for v, r in the_plan.groups.items() if v is not r}
         observers = {r: make_observer(obs_cfg if r in shared else

@@ -137,3 +137,32 @@ def test_a_conv_read_by_silu_gets_a_range_judged_through_silu():
 def test_consumer_functions_option_is_validated(value, message):
     with pytest.raises(qnnx.QnnxError, match=re.escape(message)):
         QuantConfig(consumer_functions=value)
+
+
+def test_channel_balance_defaults_to_half_with_mse_only_and_is_validated():
+    assert QuantConfig().effective_channel_balance == 0.5
+    assert QuantConfig(method="percentile").effective_channel_balance == 0.0
+    assert QuantConfig(method="entropy", channel_balance=0.25).effective_channel_balance == 0.25
+    with pytest.raises(qnnx.QnnxError, match="channel_balance needs a histogram method"):
+        QuantConfig(method="minmax", channel_balance=0.5)
+    with pytest.raises(qnnx.QnnxError, match=re.escape("channel_balance must be in [0, 1] or None")):
+        QuantConfig(channel_balance=2)
+
+
+def test_channel_balance_narrows_a_conv_output_range_set_by_one_loud_channel():
+    """Conv output channel 1 of 8 is 60x louder than the rest (read by a Neg: no consumer function)."""
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    w = conv_weight(rng, 8, 4, std=0.1)
+    w[1] *= 60
+    g.node("Conv", [x, g.const(w)], name="conv", out="c", pads=[1, 1, 1, 1])
+    g.node("Neg", ["c"], name="neg", out="y")
+    model = g.model("y")
+    calib = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) for _ in range(8)]
+    widths = {}
+    for balance in (0.0, 0.5):
+        q = qnnx.quantize(model, calib, QuantConfig(progress=False, speed_fallback="off",
+                                                    channel_balance=balance)).qdq
+        widths[balance] = float(qparams_of(qdq_of(q, "c")[0])[0])
+    assert widths[0.5] < 0.9 * widths[0.0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -827,3 +828,64 @@ def test_consumer_identity_is_the_plain_method(conv_output_like):
 def test_unknown_consumer_function_is_refused():
     with pytest.raises(QnnxError, match="unknown consumer function 'gelu'; expected one of identity, silu"):
         ObserverConfig(method="mse", consumer="gelu")
+
+
+# --------------------------------------------------------------------------- channel balance
+
+def _loud_channel_batch(seed: int = 0, loud: float = 50.0) -> np.ndarray:
+    """NCHW, 8 channels: seven N(0, 1), channel 3 N(0, loud)."""
+    x = np.random.default_rng(seed).standard_normal((4, 8, 16, 16)).astype(np.float32)
+    x[:, 3] *= loud
+    return x
+
+
+def test_channel_balance_weighs_each_channel_by_its_loudness():
+    x = _loud_channel_batch()
+    o = feed(obs("mse", channel_balance=0.5), [x])
+    counts, edges = o.histogram
+    ms = np.mean(np.square(x.astype(np.float64)), axis=(0, 2, 3))
+    w = np.minimum(1.0, np.median(ms) / ms) ** 0.5
+    assert w[3] < 0.03 and np.all(w[np.arange(8) != 3] > 0.5)
+    want = sum(w[c] * np.histogram(x[:, c].astype(np.float64), edges)[0] for c in range(8))
+    np.testing.assert_allclose(counts, want, rtol=1e-5)  # mean squares are accumulated in float32
+    assert counts.dtype == np.float64
+
+
+@pytest.mark.parametrize("method", HISTOGRAM_METHODS)
+def test_channel_balance_narrows_the_range_set_by_one_loud_channel(method):
+    x = _loud_channel_batch()
+    plain = feed(obs(method, percentile=99.9), [x]).compute_range()
+    balanced = feed(obs(method, percentile=99.9, channel_balance=0.5), [x]).compute_range()
+    # mse still pays the loud channel's clipping error quadratically: it narrows less
+    factor = 0.85 if method == "mse" else 0.6
+    assert float(balanced[1] - balanced[0]) < factor * float(plain[1] - plain[0]), (plain, balanced)
+
+
+def test_channel_balance_along_another_axis_and_without_channels():
+    x = np.moveaxis(_loud_channel_batch(), 1, -1)  # NHWC
+    a = feed(obs("mse", channel_balance=0.5, balance_axis=-1), [x]).compute_range()
+    b = feed(obs("mse", channel_balance=0.5), [_loud_channel_batch()]).compute_range()
+    assert np.allclose(a, b)
+    flat = _loud_channel_batch().reshape(-1)  # rank 1: nothing to balance, the plain histogram
+    assert np.array_equal(feed(obs("mse", channel_balance=0.5), [flat]).histogram[0],
+                          feed(obs("mse"), [flat]).histogram[0])
+
+
+def test_channel_balance_depends_on_batches_and_says_so():
+    o = obs("mse", channel_balance=0.5)
+    assert not o.partition_invariant and o.batch_statistics
+    plain = obs("mse")
+    assert plain.partition_invariant and not plain.batch_statistics
+    x = _loud_channel_batch()
+    whole = feed(obs("mse", channel_balance=0.5), [x]).histogram[0]
+    a, b = feed(obs("mse", channel_balance=0.5), [x[:2]]), feed(obs("mse", channel_balance=0.5), [x[2:]])
+    a.merge(b)
+    assert a.histogram[0].sum() == pytest.approx(whole.sum(), rel=0.05)  # per-batch weights: close, not equal
+
+
+@pytest.mark.parametrize("kw, message", [(dict(channel_balance=1.5), "channel_balance must be in [0, 1]"),
+                                         (dict(channel_balance=0.5, method="minmax"), "needs a histogram method"),
+                                         (dict(balance_axis=1.0), "balance_axis must be an int")])
+def test_channel_balance_config_is_validated(kw, message):
+    with pytest.raises(QnnxError, match=re.escape(message)):
+        ObserverConfig(**{"method": "mse", **kw})
