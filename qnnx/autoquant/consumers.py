@@ -34,15 +34,22 @@ def _sigmoid(x: ir.Value, readers: list[ir.Node]) -> bool:
     return len(readers) == 1 and readers[0].op_type == "Sigmoid"
 
 
-def _silu(x: ir.Value, readers: list[ir.Node]) -> bool:
-    """``Mul(x, Sigmoid(x))`` (either operand order), the sigmoid read by that Mul alone."""
+def _times_gate(x: ir.Value, readers: list[ir.Node], gate_op: str, gate_value) -> bool:
+    """``x`` read by exactly a ``gate_op`` node and a Mul of ``x`` with ``gate_value(that node)`` (either
+    operand order), that value read by the Mul alone: the shape of SiLU and of spelled-out hard-swish."""
     if len(readers) != 2:
         return False
-    sig = next((n for n in readers if n.op_type == "Sigmoid"), None)
+    gate = next((n for n in readers if n.op_type == gate_op), None)
     mul = next((n for n in readers if n.op_type == "Mul"), None)
-    if sig is None or mul is None:
+    if gate is None or mul is None:
         return False
-    return _only_reader(sig.outputs[0]) is mul and {id(v) for v in mul.inputs} == {id(x), id(sig.outputs[0])}
+    inner = gate_value(gate)
+    return inner is not None and _only_reader(inner) is mul and {id(v) for v in mul.inputs} == {id(x), id(inner)}
+
+
+def _silu(x: ir.Value, readers: list[ir.Node]) -> bool:
+    """``Mul(x, Sigmoid(x))`` (either operand order), the sigmoid read by that Mul alone."""
+    return _times_gate(x, readers, "Sigmoid", lambda sig: sig.outputs[0])
 
 
 def _scales_by_constant(node: ir.Node, v: ir.Value) -> bool:
@@ -77,14 +84,7 @@ def _hardswish(x: ir.Value, readers: list[ir.Node]) -> bool:
     """``HardSwish(x)``, or spelled out: ``x * Clip(x + 3, 0, 6)`` with positive constant factors."""
     if len(readers) == 1:
         return readers[0].op_type == "HardSwish"
-    if len(readers) != 2:
-        return False
-    add = next((n for n in readers if n.op_type == "Add"), None)
-    mul = next((n for n in readers if n.op_type == "Mul"), None)
-    if add is None or mul is None:
-        return False
-    inner = _relu6_of_shift(add, x)
-    return inner is not None and _only_reader(inner) is mul and {id(v) for v in mul.inputs} == {id(x), id(inner)}
+    return _times_gate(x, readers, "Add", lambda add: _relu6_of_shift(add, x))
 
 
 RECOGNIZERS: dict[str, Callable[[ir.Value, list[ir.Node]], bool]] = {
