@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from qnnx.autoquant.channel_padding import PaddingRecord
 from qnnx.autoquant.consumers import RECOGNIZERS as CONSUMER_FUNCTIONS
 from qnnx.errors import QnnxError
 
@@ -238,6 +239,7 @@ class QuantReport:
     left_in_float: list[tuple[str, str, str]] = field(default_factory=list)
     speed: SpeedReport | None = None  # unless QuantConfig(speed_fallback="off")
     outputs: list[OutputAgreement] = field(default_factory=list)
+    padding: list[PaddingRecord] = field(default_factory=list)  # filled when the QDQ model is written
 
     def far_outputs(self) -> list[OutputAgreement]:
         return [o for o in self.outputs if o.cosine < FAR_COSINE or o.sqnr_db < FAR_SQNR_DB]
@@ -259,6 +261,14 @@ class QuantReport:
             lines.append("worst layers by output SQNR: " + ", ".join(f"{d.node} {d.sqnr_db:.1f} dB" for d in worst))
         if self.speed is not None:
             lines += self.speed.lines()
+        padded = [p for p in self.padding if p.padded]
+        if padded:
+            lines.append(f"written for ONNX Runtime: {len(padded)} depthwise conv(s) padded to its fast kernel's "
+                         "channel multiple (same output): " + ", ".join(f"{p.node} {p.channels}->{p.padded}"
+                                                                          for p in padded[:8])
+                         + (" ..." if len(padded) > 8 else ""))
+        for p in [p for p in self.padding if not p.padded][:5]:
+            lines.append(f"  depthwise conv {p.node} ({p.channels} channels) not padded: {p.reason}")
         for d in f[:20]:
             lines.append(f"  float: {d.node} ({d.op_type}): {d.reason}")
         if len(f) > 20:

@@ -40,7 +40,7 @@ from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, p
 from qnnx.autoquant.consumers import consumer_function
 from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
-from qnnx.autoquant.qdq import realize_qdq
+from qnnx.autoquant.qdq import for_onnx_runtime, realize_qdq
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
 from qnnx.errors import QnnxError
@@ -492,7 +492,7 @@ class QuantizedModel:
     def save(self, path, format: str = "qdq"):
         """Write ``format`` ("qdq", "qnnx" canonical, or "lowered" standard-ONNX integer) atomically."""
         if format == "qdq":
-            model = self.qdq
+            model, self.report.padding = for_onnx_runtime(self.qdq)
         elif format == "qnnx":
             model = self.canonical
         elif format == "lowered":

@@ -76,14 +76,16 @@ def match_kind(m: PatternMatch) -> str:
 
 
 def ort_timer(models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
-    """Median ms per run of each model on ONNX Runtime (CPU, one thread), timed interleaved."""
+    """Median ms per run of each model on ONNX Runtime (CPU, one thread), timed interleaved, each as
+    it would be written (:func:`qnnx.autoquant.qdq.for_onnx_runtime`)."""
     from qnnx.analysis.latency import median_latency_ms
+    from qnnx.autoquant.qdq import for_onnx_runtime
     from qnnx.ir import save_model
 
     with tempfile.TemporaryDirectory(prefix="qnnx_speed_") as tmp:
         paths = [os.path.join(tmp, f"variant{i}.onnx") for i in range(len(models))]
         for model, path in zip(models, paths):
-            save_model(model, path)
+            save_model(for_onnx_runtime(model)[0], path)
         ms = median_latency_ms(paths, feed=feed, threads=1, repeats=repeats)
     return [ms[p] for p in paths]
 
