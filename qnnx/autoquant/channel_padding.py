@@ -229,14 +229,19 @@ def _pad_constant_input(graph: ir.Graph, node: ir.Node, index: int, axis: int, e
     node.replace_input_with(index, out)
 
 
+def _in_graph_order(graph: ir.Graph, nodes: set) -> list[ir.Node]:
+    # sets iterate in id order; the graph order keeps the written model byte-identical run to run
+    return [n for n in graph if n in nodes]
+
+
 def _apply(graph: ir.Graph, region: _Region, extra: int) -> None:
-    for node in region.producers:  # new output rows: zero weights and bias
+    for node in _in_graph_order(graph, region.producers):  # new output rows: zero weights and bias
         _pad_constant_input(graph, node, 1, 0, extra)
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             _pad_constant_input(graph, node, 2, 0, extra)
-    for node in region.consumers:  # new input columns: zero weights
+    for node in _in_graph_order(graph, region.consumers):  # new input columns: zero weights
         _pad_constant_input(graph, node, 1, 1, extra)
-    for node in region.interior:
+    for node in _in_graph_order(graph, region.interior):
         if _is_conv(node):  # a depthwise conv: one more zero filter (and bias) per new channel
             _pad_constant_input(graph, node, 1, 0, extra)
             if len(node.inputs) > 2 and node.inputs[2] is not None:
@@ -266,7 +271,7 @@ def pad_depthwise_channels(graph: ir.Graph, multiple: int = GROUP_MULTIPLE) -> l
             continue
         extra = -channels % multiple
         _apply(graph, region, extra)
-        for n in region.interior:
+        for n in _in_graph_order(graph, region.interior):
             if _is_conv(n):
                 done.add(n)
                 records.append(PaddingRecord(n.name, channels, channels + extra))

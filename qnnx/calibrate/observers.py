@@ -582,7 +582,9 @@ def _channel_weights(x: np.ndarray, axis: int, power: float) -> tuple[np.ndarray
     med = float(np.median(ms))
     if not (med > 0 and math.isfinite(med)):
         return None
-    w = np.minimum(1.0, med / np.maximum(ms, np.finfo(np.float64).tiny)) ** power
+    w = np.ones_like(ms)
+    loud = ms > med  # only these are weighed down (a silent channel's med / 0 would overflow)
+    w[loud] = (med / ms[loud]) ** power
     return w, run
 
 

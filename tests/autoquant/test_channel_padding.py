@@ -164,3 +164,8 @@ def test_pad_depthwise_channels_on_a_model_without_depthwise_convs_changes_nothi
     before = [(n.op_type, n.name) for n in qm.qdq.graph]
     records = pad_depthwise_channels(qm.qdq.graph)
     assert [r.padded for r in records] == [0] and [(n.op_type, n.name) for n in qm.qdq.graph] == before
+
+
+def test_the_written_model_is_byte_identical_run_to_run(tmp_path):
+    paths = [qnnx.quantize(_block(24), CALIB, config=OFF).save(tmp_path / f"{i}.onnx") for i in range(3)]
+    assert len({p.read_bytes() for p in paths}) == 1

@@ -22,6 +22,7 @@ import tracemalloc
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from autoquant_helpers import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
                                samples)
@@ -232,15 +233,16 @@ def test_max_pool_reads_its_own_per_channel_dequantize_so_ort_keeps_it_float(mai
     assert can_pool.inputs[0].producer().op_type != "requantize"
 
 
-def _shift_model(shift: float):
-    """x -> conv (padded) -> sigmoid -> Add(shift) -> conv (padded) -> y: the shift feeds a padded conv,
-    so prepare cannot fold it (padding taps would see 0, not the shift)."""
+def _shift_model(shift: float, bias: bool = False):
+    """x -> conv (padded) -> sigmoid -> Add(shift) -> conv (padded, biased if ``bias``) -> y: the shift
+    feeds a padded conv, so prepare cannot fold it (padding taps would see 0, not the shift)."""
     g = Graph()
     c1 = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(RNG, 4, 3), "w1")], name="c1",
                 pads=[1, 1, 1, 1])
     s = g.node("Sigmoid", [c1], name="sig")
     a = g.node("Add", [s, g.const(np.array(shift, np.float32), "shift")], name="shift_add")
-    g.node("Conv", [a, g.const(conv_weight(RNG, 2, 4), "w2")], name="c2", pads=[1, 1, 1, 1], out="y")
+    b2 = [g.const(np.array([0.3, -0.2], np.float32), "b2")] if bias else []
+    g.node("Conv", [a, g.const(conv_weight(RNG, 2, 4), "w2"), *b2], name="c2", pads=[1, 1, 1, 1], out="y")
     return g.model("y")
 
 
@@ -269,6 +271,31 @@ def test_a_constant_add_becomes_a_zero_point_shift():
     assert not any(n.op_type == "Add" for n in qm.canonical.graph)
     ref = _outputs(qm.canonical, inputs, runner=run_ref)
     assert np.abs(ref - _outputs(qm.qdq, inputs, optimize=False)).max() <= _output_scale(qm.qdq) * 1.001
+
+
+def test_a_zero_point_shift_requantizes_the_readers_bias_so_ort_still_fuses_the_conv(tmp_path):
+    # The shift changes the conv's input scale from the add's calibrated one to the sigmoid's: a bias
+    # left at the old x_scale * w_scale makes ONNX Runtime keep the conv float (it happened to 9 of
+    # PP-OCRv4 rec's depthwise convs).
+    model = _shift_model(-0.25, bias=True)
+    qm = _quantize(model)
+    assert "Add" not in [n.op_type for n in qm.qdq.graph]
+    conv = nodes_by_name(qm.qdq)["c2"]
+    x_scale = conv.inputs[0].producer().inputs[1].const_value.numpy()
+    w_scale = conv.inputs[1].producer().inputs[1].const_value.numpy()
+    bias_dq = conv.inputs[2].producer()
+    np.testing.assert_array_equal(bias_dq.inputs[1].const_value.numpy(), (np.float32(x_scale) * w_scale).astype(np.float32))
+    bias = bias_dq.inputs[0].const_value.numpy() * bias_dq.inputs[1].const_value.numpy()
+    np.testing.assert_allclose(bias, [0.3, -0.2], atol=float(np.max(bias_dq.inputs[1].const_value.numpy())))
+    assert all(n.outputs[0].uses() or n.outputs[0].is_graph_output() for n in qm.qdq.graph
+               if n.op_type == "DequantizeLinear")  # the replaced bias's DequantizeLinear is gone
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(ir.to_proto(qm.qdq).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert "Conv" not in [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
+    inputs = samples(4, seed=5)
+    assert _cosine(_outputs(model, inputs), _outputs(qm.qdq, inputs)) > 0.999
 
 
 def test_the_report_compares_every_output_with_the_float_model(main_float, main_quantized):
