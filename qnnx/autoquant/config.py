@@ -76,7 +76,7 @@ class QuantConfig:
     # faster than float. "on": always searched (up to 2 + 2 x kinds timings of ~1 s each). "auto" (the
     # default): searched only when all-int8 is not already speed.AUTO_INT8_SPEEDUP (1.2x) faster than float
     # after one timing, and not at all for graphs under speed.AUTO_MIN_FLOAT_MS per run. Measured: PP-OCR
-    # cls int8 is 0.8x of fp32 and the search makes it 1.04x (+17 s); rec, det, YOLOv8n and MiniLM are
+    # cls all-int8 is 0.9x of fp32 (0.8x before channel padding) and the search makes it 1.03x (+15 s); rec, det, YOLOv8n and MiniLM are
     # 1.6-2.4x faster in int8 and pay one timing (1-6 s). "off": never timed. True / False mean "on" / "off".
     speed_fallback: str = "auto"
     # With method "mse": an activation read only by one of these elementwise functions (consumers.py)
@@ -146,8 +146,9 @@ class QuantConfig:
     def effective_channel_balance(self) -> float:
         """channel_balance, or its default for the method. Measured with "mse" (PP-OCRv4 rec, 32
         calibration lines, 128 evaluation lines): mean char-accuracy drop over 9 calibration sets
-        2.23 -> 1.65 points at 0.5 (worst set 93.3% -> 96.5%); 1.0 clips the loud channels to ruin
-        (12-21% on 3 sets)."""
+        2.51 points at 0 -> 2.25 at 0.5 (session 7, every depthwise conv integer on ONNX Runtime; the
+        1.65 measured before came from a model ORT ran with 9 depthwise convs in float); 1.0 clips
+        the loud channels to ruin (12-21% on 3 sets)."""
         if self.channel_balance is not None:
             return float(self.channel_balance)
         return 0.5 if self.method == "mse" else 0.0
