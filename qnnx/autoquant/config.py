@@ -241,6 +241,9 @@ class QuantReport:
     speed: SpeedReport | None = None  # unless QuantConfig(speed_fallback="off")
     outputs: list[OutputAgreement] = field(default_factory=list)
     padding: list[PaddingRecord] = field(default_factory=list)  # filled when the QDQ model is written
+    # quantized conv/matmul groups ONNX Runtime's CPU optimizer leaves float (fusion_check.py), of ``fusable``
+    unfused: list[str] = field(default_factory=list)
+    fusable: int = 0
 
     def far_outputs(self) -> list[OutputAgreement]:
         return [o for o in self.outputs if o.cosine < FAR_COSINE or o.sqnr_db < FAR_SQNR_DB]
@@ -262,6 +265,10 @@ class QuantReport:
             lines.append("worst layers by output SQNR: " + ", ".join(f"{d.node} {d.sqnr_db:.1f} dB" for d in worst))
         if self.speed is not None:
             lines += self.speed.lines()
+        if self.unfused:
+            lines.append(f"WARNING: ONNX Runtime (CPU) would run {len(self.unfused)} of {self.fusable} quantized "
+                         "conv/matmul group(s) in float, not as integer kernels: " + ", ".join(self.unfused[:8])
+                         + (" ..." if len(self.unfused) > 8 else ""))
         padded = [p for p in self.padding if p.padded]
         if padded:
             lines.append(f"written for ONNX Runtime: {len(padded)} depthwise conv(s) padded to its fast kernel's "

@@ -35,6 +35,7 @@ from qnnx import runtime
 from qnnx.autoquant.bias_correction import correct_biases
 from qnnx.autoquant.config import Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.autoquant.fusion_check import unfused
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
 from qnnx.autoquant.consumers import consumer_function
@@ -606,6 +607,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     if config.bias_correction:  # last: every re-realization above starts from the uncorrected biases
         correct_biases(float_model, qdq, kept)
     report.outputs = output_agreement(float_model, qdq, kept)
+    report.unfused, report.fusable = unfused(for_onnx_runtime(qdq)[0])
     return QuantizedModel(qdq, report, frozenset(keep))
 
 

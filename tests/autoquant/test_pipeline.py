@@ -964,3 +964,4 @@ def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
     _, runs = _quantize_counting_runs(_batch_model(), samples(4, shape=(1, 3, 12, 12)), monkeypatch,
                                       method="minmax", calibration_batch_size=8)
     assert [f["x"].shape[0] for f in runs] == [1, 1, 1, 1]
+
