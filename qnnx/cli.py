@@ -191,6 +191,10 @@ def quantize(
         bias_correction: Annotated[bool, typer.Option(
             "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
             "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
+        consumer_weighting: Annotated[bool, typer.Option(
+            "--consumer-weighting/--no-consumer-weighting", help="histogram methods: weigh each channel of an "
+            "activation read only by convs by the squared norm of the weights reading it (the range minimises "
+            "the convs' output error)")] = QuantConfig.consumer_weighting,
         consumer_function: Annotated[list[str] | None, typer.Option(
             "--consumer-function", metavar="NAME", show_default=False,
             help="with --method mse, judge an activation read only by this function (silu, sigmoid, hardswish) "
@@ -256,7 +260,8 @@ def quantize(
                          calibration="float" if sequential is None else "sequential",
                          sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
                          bias_correction=bias_correction, progress=not quiet,
-                         consumer_functions=_consumer_functions(consumer_function))
+                         consumer_functions=_consumer_functions(consumer_function),
+                         consumer_weighting=consumer_weighting)
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)

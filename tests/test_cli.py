@@ -248,6 +248,24 @@ def test_quantize_consumer_function_option(quantize_case, capsys, monkeypatch, a
     assert seen == [want]
 
 
+@pytest.mark.parametrize("argv, want", [([], True), (["--no-consumer-weighting"], False),
+                                         (["--consumer-weighting"], True)])
+def test_quantize_consumer_weighting_option(quantize_case, capsys, monkeypatch, argv, want):
+    import qnnx.autoquant
+
+    seen = []
+    real = qnnx.autoquant.quantize
+
+    def spy(model, calibration, config):
+        seen.append(config.consumer_weighting)
+        return real(model, calibration, config)
+
+    monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
+    src, calib = quantize_case
+    assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(calib), "-q", *argv]) == 0
+    assert seen == [want]
+
+
 def test_quantize_unknown_consumer_function_is_one_line(quantize_case, capsys):
     src, calib = quantize_case
     out = src.parent / "q.onnx"

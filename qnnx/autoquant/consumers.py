@@ -9,11 +9,16 @@ other reader, is a graph output, or the pattern does not match exactly.
 Recognizers, one narrow contract each (:data:`RECOGNIZERS`): ``(value, readers) -> bool``, where
 ``readers`` are the nodes reading ``value``, each once. Which ones apply is
 ``QuantConfig.consumer_functions`` (its comment has the measurements behind the default).
+
+An activation read only by convolutions is judged at their outputs instead: :func:`reader_weight_norms`
+weighs each channel's rounding error by the weights that read it (``QuantConfig.consumer_weighting``).
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+import numpy as np
 
 import onnx_ir as ir
 
@@ -109,3 +114,40 @@ def consumer_function(value: ir.Value, names=tuple(RECOGNIZERS)) -> str:
 
 
 __all__ = ["RECOGNIZERS", "consumer_function"]
+
+
+def reader_weight_norms(value: ir.Value) -> tuple[float, ...] | None:
+    """Per-channel weights of ``value``'s rounding error for a value read only by convolutions (as
+    their input, constant weights): channel c's squared weight norm summed over the readers,
+    ``sum_o,k W[o, c, k]^2`` (a depthwise conv: its filter c), normalized to mean 1. A conv's output
+    error from input rounding ``e`` is ``W e``; with independent per-channel errors its expected square
+    is ``sum_c |W[:, c]|^2 E[e_c^2]``, so this makes the histogram methods minimise the readers' output
+    error rather than the input's own. None when any reader is not such a conv, or the value is a
+    graph output. PP-OCRv4 rec: the hard-swish outputs' loud channels (80-200 against a bulk within
+    0-2) meet small weights, so their tails are clipped for the bulk's resolution."""
+    uses = list(value.uses())
+    if not uses or value.is_graph_output():
+        return None
+    total = None
+    for use in uses:
+        node = use.node
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or use.idx != 0:
+            return None
+        w = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
+        if w is None or w.ndim < 3:
+            return None
+        group = node.attributes.get("group")
+        group = int(group.value) if group is not None else 1
+        w = np.asarray(w, np.float64)
+        if group == 1:
+            norms = np.sum(w * w, axis=tuple(d for d in range(w.ndim) if d != 1))
+        elif w.shape[1] == 1 and w.shape[0] == group:  # depthwise: channel c meets filter c only
+            norms = np.sum(w * w, axis=tuple(range(1, w.ndim)))
+        else:
+            return None
+        if total is not None and norms.shape != total.shape:
+            return None
+        total = norms if total is None else total + norms
+    if total is None or not np.all(np.isfinite(total)) or total.mean() <= 0:
+        return None
+    return tuple(float(t) for t in total / total.mean())

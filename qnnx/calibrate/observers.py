@@ -237,8 +237,9 @@ class ObserverConfig:
     moving_average); histogram methods are per-tensor. ``percentile`` in (0, 100] (percentile
     method), ``averaging_constant`` in (0, 1] (moving_average), ``bins`` in [16, 2**20]
     (histogram methods), ``consumer`` a key of :data:`CONSUMER_FUNCTIONS` (the "mse" method judges
-    the error through it; the other methods ignore it), ``channel_balance`` in [0, 1] (histogram
-    methods only, see :class:`HistogramObserver`) along ``balance_axis``. Every field is checked whatever the method,
+    the error through it; the other methods ignore it), ``channel_balance`` in [0, 1] and
+    ``channel_weights`` (positive finite, one per channel; histogram methods only, see
+    :class:`HistogramObserver`) along ``balance_axis``. Every field is checked whatever the method,
     so a bad value never hides until someone switches methods.
     """
 
@@ -254,6 +255,9 @@ class ObserverConfig:
     # Histogram methods: each batch's values of channel c (along balance_axis) count with weight
     # min(1, median_c' ms / ms_c) ** channel_balance, ms = that batch's per-channel mean square. 0: off.
     channel_balance: float = 0.0
+    # Histogram methods: channel c's values count with this fixed weight (e.g. the squared norm of the
+    # weights that read the channel: its rounding error's share of the reader's output error). None: off.
+    channel_weights: tuple[float, ...] | None = None
     balance_axis: int = 1
 
     def __post_init__(self):
@@ -285,6 +289,13 @@ class ObserverConfig:
         if self.channel_balance and not issubclass(cls, HistogramObserver):
             raise QnnxError(f"channel_balance needs a histogram method (percentile, entropy, mse), not "
                             f"{self.method!r}")
+        if self.channel_weights is not None:
+            w = np.asarray(self.channel_weights, dtype=np.float64) if isinstance(self.channel_weights, tuple) else None
+            if w is None or w.ndim != 1 or w.size < 1 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+                raise QnnxError("channel_weights must be a tuple of finite non-negative floats, not all zero")
+            if not issubclass(cls, HistogramObserver):
+                raise QnnxError(f"channel_weights needs a histogram method (percentile, entropy, mse), not "
+                                f"{self.method!r}")
         if not isinstance(self.consumer, str) or self.consumer not in CONSUMER_FUNCTIONS:
             raise QnnxError(f"unknown consumer function {self.consumer!r}; expected one of "
                             f"{', '.join(CONSUMER_FUNCTIONS)}")
@@ -667,6 +678,10 @@ class HistogramObserver(Observer):
     histogram trades their tails for the resolution of the bulk. The weights come from each batch, so
     the state depends on the batching (:attr:`batch_statistics`); merge stays exact up to float sums.
 
+    With ``channel_weights`` the values of channel c also count with that fixed weight (float64
+    sums; fixed weights keep the state independent of the batching). A tensor shaped with another
+    channel count along ``balance_axis`` is a :class:`QnnxError`.
+
     A constant tensor (min == max) keeps its exact range: no method clips it.
     """
 
@@ -677,7 +692,8 @@ class HistogramObserver(Observer):
         if config.channel_balance:
             self.partition_invariant = False
             self.batch_statistics = True
-        self._counts: np.ndarray | None = None  # int64 (float64 with channel_balance), (bins,)
+        self._fixed = None if config.channel_weights is None else np.asarray(config.channel_weights, np.float64)
+        self._counts: np.ndarray | None = None  # int64 (float64 with channel weights of either kind), (bins,)
         self._width = 0.0  # a power of two
         self._start = 0.0  # global index of bin 0 (an integer, held as float)
         self._min = math.inf
@@ -698,7 +714,8 @@ class HistogramObserver(Observer):
         if self._counts is None:
             width = _fit_width(lo, hi, bins, 0.0)
             start = float(math.floor(lo / width))
-            self._counts = np.zeros(bins, dtype=np.float64 if self.config.channel_balance else np.int64)
+            weighted = self.config.channel_balance or self._fixed is not None
+            self._counts = np.zeros(bins, dtype=np.float64 if weighted else np.int64)
         else:
             width = _fit_width(lo, hi, bins, self._width)
             start = float(math.floor(lo / width))
@@ -707,7 +724,19 @@ class HistogramObserver(Observer):
         self._width, self._start, self._min, self._max = width, start, lo, hi
         weights = _channel_weights(x, self.config.balance_axis, self.config.channel_balance) \
             if self.config.channel_balance else None
+        if self._fixed is not None:
+            weights = self._with_fixed_weights(x, weights)
         self._counts += _bin_counts(x, width, start, bins, weights)
+
+    def _with_fixed_weights(self, x: np.ndarray, weights):
+        axis = self.config.balance_axis
+        if x.ndim < 2 or not -x.ndim <= axis < x.ndim or x.shape[axis] != self._fixed.size:
+            raise QnnxError(f"channel_weights has {self._fixed.size} entries but the tensor of shape "
+                            f"{list(x.shape)} has {x.shape[axis] if -x.ndim <= axis < x.ndim else 'no'} "
+                            f"channels along axis {axis}")
+        if weights is None:
+            return self._fixed, math.prod(x.shape[normalize_axis(axis, x.ndim) + 1:])
+        return weights[0] * self._fixed, weights[1]
 
     def _merge_state(self, other):
         lo, hi = min(self._min, other._min), max(self._max, other._max)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.consumers import consumer_function
+from qnnx.autoquant.consumers import consumer_function, reader_weight_norms
 from qnnx.ir import load_model
 
 RNG = np.random.default_rng(17)
@@ -139,8 +140,8 @@ def test_consumer_functions_option_is_validated(value, message):
         QuantConfig(consumer_functions=value)
 
 
-def test_channel_balance_defaults_to_half_with_mse_only_and_is_validated():
-    assert QuantConfig().effective_channel_balance == 0.5
+def test_channel_balance_defaults_to_off_and_is_validated():
+    assert QuantConfig().effective_channel_balance == 0.0
     assert QuantConfig(method="percentile").effective_channel_balance == 0.0
     assert QuantConfig(method="entropy", channel_balance=0.25).effective_channel_balance == 0.25
     with pytest.raises(qnnx.QnnxError, match="channel_balance needs a histogram method"):
@@ -166,3 +167,63 @@ def test_channel_balance_narrows_a_conv_output_range_set_by_one_loud_channel():
                                                     channel_balance=balance)).qdq
         widths[balance] = float(qparams_of(qdq_of(q, "c")[0])[0])
     assert widths[0.5] < 0.9 * widths[0.0]
+
+
+def _readers_model(kind: str):
+    """x -> conv "a" (6 channels) -> value "v" read by: "pw" (a 1x1 conv to 3), "dw" (a depthwise conv),
+    "both", or "neg" (a Neg: not a conv)."""
+    rng = np.random.default_rng(5)
+    g = Graph()
+    x = g.input("x", [1, 2, 6, 6])
+    g.node("Conv", [x, g.const(conv_weight(rng, 6, 2, k=1))], name="a", out="v")
+    outs = []
+    if kind in ("pw", "both"):
+        w = np.zeros((3, 6, 1, 1), np.float32)
+        w[:, 0] = 2.0  # channel 0: sum of squares 12
+        w[0, 1] = 1.0  # channel 1: 1; channels 2-5: 0
+        outs.append(g.node("Conv", ["v", g.const(w)], name="pw"))
+    if kind in ("dw", "both"):
+        w = np.ones((6, 1, 3, 3), np.float32)  # every channel: 9
+        outs.append(g.node("Conv", ["v", g.const(w)], name="dw", group=6, pads=[1, 1, 1, 1]))
+    if kind == "neg":
+        outs.append(g.node("Neg", ["v"]))
+    return ir.from_proto(g.model(*outs))
+
+
+@pytest.mark.parametrize("kind, want", [("pw", [12, 1, 0, 0, 0, 0]), ("dw", [9] * 6),
+                                        ("both", [21, 10, 9, 9, 9, 9]), ("neg", None)])
+def test_reader_weight_norms_sum_squared_weights_per_input_channel(kind, want):
+    model = _readers_model(kind)
+    v = next(o for n in model.graph for o in n.outputs if o.name == "v")
+    got = reader_weight_norms(v)
+    if want is None:
+        assert got is None
+    else:
+        want = np.asarray(want, np.float64)
+        np.testing.assert_allclose(got, want / want.mean())
+
+
+def test_consumer_weighting_lets_a_channel_no_weight_reads_go_unrepresented():
+    """Conv output channel 1 of 8 is 60x louder than the rest, and the next conv gives it tiny weights:
+    with consumer weighting its range follows the channels that matter."""
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    w = conv_weight(rng, 8, 4, std=0.1)
+    w[1] *= 60
+    g.node("Conv", [x, g.const(w)], name="conv", out="c", pads=[1, 1, 1, 1])
+    w2 = conv_weight(rng, 4, 8, k=1)
+    w2[:, 1] *= 0.01
+    g.node("Conv", ["c", g.const(w2)], name="next", out="y")
+    model = g.model("y")
+    calib = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) for _ in range(8)]
+    widths = {}
+    for on in (False, True):
+        q = qnnx.quantize(model, calib, QuantConfig(progress=False, speed_fallback="off", consumer_weighting=on)).qdq
+        widths[on] = float(qparams_of(qdq_of(q, "c")[0])[0])
+    assert widths[True] < 0.5 * widths[False]
+
+
+def test_consumer_weighting_is_validated():
+    with pytest.raises(qnnx.QnnxError, match="consumer_weighting must be True or False"):
+        QuantConfig(consumer_weighting="yes")

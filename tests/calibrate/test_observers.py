@@ -889,3 +889,58 @@ def test_channel_balance_depends_on_batches_and_says_so():
 def test_channel_balance_config_is_validated(kw, message):
     with pytest.raises(QnnxError, match=re.escape(message)):
         ObserverConfig(**{"method": "mse", **kw})
+
+
+def test_channel_weights_count_each_channel_with_its_fixed_weight():
+    x = _loud_channel_batch()
+    w = np.array([1.0, 2.0, 0.5, 0.01, 1.0, 1.0, 3.0, 1.0])
+    o = feed(obs("mse", channel_weights=tuple(w)), [x])
+    counts, edges = o.histogram
+    want = sum(w[c] * np.histogram(x[:, c].astype(np.float64), edges)[0] for c in range(8))
+    np.testing.assert_allclose(counts, want, rtol=1e-12)
+    assert counts.dtype == np.float64
+
+
+def test_channel_weights_are_fixed_so_batching_does_not_change_the_state():
+    x = _loud_channel_batch()
+    w = tuple(float(v) for v in np.linspace(0.1, 2.0, 8))
+    whole = feed(obs("mse", channel_weights=w), [x])
+    a, b = feed(obs("mse", channel_weights=w), [x[:1]]), feed(obs("mse", channel_weights=w), [x[1:]])
+    a.merge(b)
+    np.testing.assert_allclose(a.histogram[0], whole.histogram[0], rtol=1e-12)
+    assert whole.partition_invariant and not whole.batch_statistics
+
+
+@pytest.mark.parametrize("method", HISTOGRAM_METHODS)
+def test_a_loud_channel_with_a_tiny_weight_no_longer_sets_the_range(method):
+    x = _loud_channel_batch()
+    w = tuple(0.001 if c == 3 else 1.0 for c in range(8))
+    plain = feed(obs(method, percentile=99.9), [x]).compute_range()
+    weighted = feed(obs(method, percentile=99.9, channel_weights=w), [x]).compute_range()
+    assert float(weighted[1] - weighted[0]) < 0.5 * float(plain[1] - plain[0]), (plain, weighted)
+
+
+def test_channel_weights_and_balance_multiply():
+    x = _loud_channel_batch()
+    w = np.array([1.0, 2.0, 0.5, 0.01, 1.0, 1.0, 3.0, 1.0])
+    both = feed(obs("mse", channel_balance=0.5, channel_weights=tuple(w)), [x]).histogram
+    counts, edges = both
+    ms = np.mean(np.square(x.astype(np.float64)), axis=(0, 2, 3))
+    bal = np.minimum(1.0, np.median(ms) / ms) ** 0.5
+    want = sum(bal[c] * w[c] * np.histogram(x[:, c].astype(np.float64), edges)[0] for c in range(8))
+    np.testing.assert_allclose(counts, want, rtol=1e-5)
+
+
+def test_channel_weights_for_another_channel_count_is_one_clear_error():
+    with pytest.raises(QnnxError, match=re.escape("channel_weights has 3 entries but the tensor of shape [4, 8, 16, 16] "
+                                                  "has 8 channels along axis 1")):
+        feed(obs("mse", channel_weights=(1.0, 1.0, 1.0)), [_loud_channel_batch()])
+
+
+@pytest.mark.parametrize("kw, message", [(dict(channel_weights=[1.0, 2.0]), "must be a tuple"),
+                                         (dict(channel_weights=(1.0, float("nan"))), "finite non-negative"),
+                                         (dict(channel_weights=(0.0, 0.0)), "not all zero"),
+                                         (dict(channel_weights=(1.0,), method="minmax"), "needs a histogram method")])
+def test_channel_weights_config_is_validated(kw, message):
+    with pytest.raises(QnnxError, match=re.escape(message)):
+        ObserverConfig(**{"method": "mse", **kw})
