@@ -30,7 +30,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.tasks import TASKS, run_model  # noqa: E402
+from bench.tasks import main_metric as task_metric, TASKS, run_model  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -128,10 +128,7 @@ def profile(path: str, feed: dict, top: int = 5) -> list[tuple[str, float, float
 
 def markdown(results: list[dict]) -> str:
     def main_metric(score: dict) -> tuple[str, float]:
-        for key in ("char_acc", "accuracy", "hmean", "cosine_mean", "recall"):
-            if key in score:
-                return key, score[key]
-        key = next(iter(score))
+        key = task_metric(score)
         return key, score[key]
 
     lines = ["| model | metric | fp32 | ORT quantize_static | qnnx | fp32 ms (1t) | ORT speedup 1t / 2t | "

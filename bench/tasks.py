@@ -166,6 +166,15 @@ def raw_agreement(ref: list[Outputs], out: list[Outputs]) -> dict[str, float]:
     return {"cosine": float(np.mean(cos)), "max_abs": mx, "mean_abs": ae / max(cnt, 1)}
 
 
+def main_metric(score: dict) -> str:
+    """The metric a task is judged by: its accuracy, box hmean or embedding cosine (recall alone
+    would reward a quantized detector that fires everywhere)."""
+    for key in ("char_acc", "accuracy", "hmean", "cosine_mean", "recall"):
+        if key in score:
+            return key
+    return next(iter(score))
+
+
 # --------------------------------------------------------------------------- base
 @dataclass(frozen=True)
 class Task:
