@@ -76,8 +76,9 @@ class QuantConfig:
     # faster than float. "on": always searched (up to 2 + 2 x kinds timings of ~1 s each). "auto" (the
     # default): searched only when all-int8 is not already speed.AUTO_INT8_SPEEDUP (1.2x) faster than float
     # after one timing, and not at all for graphs under speed.AUTO_MIN_FLOAT_MS per run. Measured: PP-OCR
-    # cls all-int8 is 0.9x of fp32 (0.8x before channel padding) and the search makes it 1.03x (+15 s); rec, det, YOLOv8n and MiniLM are
-    # 1.6-2.4x faster in int8 and pay one timing (1-6 s). "off": never timed. True / False mean "on" / "off".
+    # cls all-int8 is 0.9x of fp32 (0.8x before channel padding) and the search makes it 1.0-1.03x
+    # (+15 s); rec, det, YOLOv8n and MiniLM are 1.6-2.5x faster in int8 and pay one timing (1-6 s).
+    # "off": never timed. True / False mean "on" / "off".
     speed_fallback: str = "auto"
     # With method "mse": an activation read only by one of these elementwise functions (consumers.py)
     # gets the range that minimises the error of the function's output, not of its own, e.g. SiLU's
@@ -91,8 +92,10 @@ class QuantConfig:
     # channel's values count in its histogram with the squared norm of the weights that read the
     # channel, so the range minimises the convs' output error, not the activation's own. Measured (32
     # calibration samples, 9 sets, 128 evaluation lines, speed fallback off): PP-OCRv4 rec mean
-    # char-accuracy drop 2.51 -> 1.72 points (sets 95.3-99.3%); YOLOv8n on photos hmean 0.941 -> 0.941
-    # (6 sets); PP-OCR cls within one crop. False: every value counts alike.
+    # char-accuracy drop 2.51 -> 1.72 points (sets 95.3-99.3%; 2.25 with the channel balance used
+    # before); YOLOv8n on photos hmean 0.941 -> 0.941 (6 sets; 0.933 with that balance); PP-OCR cls
+    # within one crop. Weighing through the elementwise ops before a conv (hard-swish inputs) measured
+    # 4.15 points, the norms' square root 2.21, squared 2.63. False: every value counts alike.
     consumer_weighting: bool = True
     # Histogram methods: weight of a loud channel's values in the activation histograms,
     # min(1, median channel mean square / its own) ** channel_balance per batch (observers.py), so a
