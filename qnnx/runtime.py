@@ -14,12 +14,15 @@ from qnnx.errors import QnnxError
 
 
 def session(model: ir.Model | str | Path, *, outputs=(), threads: int | None = None, optimize: bool = True,
-            profile_prefix: str | None = None, purpose: str = "", where: str | None = None) -> ort.InferenceSession:
+            profile_prefix: str | None = None, optimized_to: str | None = None, purpose: str = "",
+            where: str | None = None) -> ort.InferenceSession:
     """A CPU session of ``model`` (a file, or an ``ir.Model`` that is serialized, never modified).
 
     ``outputs``: values or names also returned (``ir.Model`` only); ``threads``: intra-op threads (one
     inter-op thread), default ORT's; ``optimize=False``: no graph optimizations (the graph as written);
-    ``profile_prefix``: turn ORT's profiler on; ``purpose`` / ``where``: context of the error message.
+    ``profile_prefix``: turn ORT's profiler on; ``optimized_to``: write the graph ORT runs to this path,
+    optimized up to level 2 ("extended": its QDQ fusions; level 3's layout passes would rename nodes);
+    ``purpose`` / ``where``: context of the error message.
     """
     if isinstance(model, ir.Model):
         proto = ir.to_proto(model)
@@ -41,6 +44,9 @@ def session(model: ir.Model | str | Path, *, outputs=(), threads: int | None = N
         opts.inter_op_num_threads = 1
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if optimized_to is not None:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        opts.optimized_model_filepath = optimized_to
     if profile_prefix is not None:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix

@@ -228,42 +228,34 @@ def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
     assert e.value.code == 1 and "'auto', 'on', 'off'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, want", [([], ("silu", "sigmoid")), (["none"], ()),
-                                         (["hardswish", "silu"], ("hardswish", "silu"))])
-def test_quantize_consumer_function_option(quantize_case, capsys, monkeypatch, argv, want):
+def _config_field_seen(quantize_case, monkeypatch, argv: list[str], field: str) -> list:
+    """``qnnx quantize`` run with ``argv`` on the quantize case; the QuantConfig ``field`` it passed."""
     import qnnx.autoquant
 
     seen = []
     real = qnnx.autoquant.quantize
 
     def spy(model, calibration, config):
-        seen.append(config.consumer_functions)
-        return real(model, calibration, config)
-
-    monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
-    src, calib = quantize_case
-    out = src.parent / "q.onnx"
-    options = [a for name in argv for a in ("--consumer-function", name)]
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q", *options]) == 0
-    assert seen == [want]
-
-
-@pytest.mark.parametrize("argv, want", [([], True), (["--no-consumer-weighting"], False),
-                                         (["--consumer-weighting"], True)])
-def test_quantize_consumer_weighting_option(quantize_case, capsys, monkeypatch, argv, want):
-    import qnnx.autoquant
-
-    seen = []
-    real = qnnx.autoquant.quantize
-
-    def spy(model, calibration, config):
-        seen.append(config.consumer_weighting)
+        seen.append(getattr(config, field))
         return real(model, calibration, config)
 
     monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
     src, calib = quantize_case
     assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(calib), "-q", *argv]) == 0
-    assert seen == [want]
+    return seen
+
+
+@pytest.mark.parametrize("argv, want", [([], ("silu", "sigmoid")), (["none"], ()),
+                                         (["hardswish", "silu"], ("hardswish", "silu"))])
+def test_quantize_consumer_function_option(quantize_case, capsys, monkeypatch, argv, want):
+    options = [a for name in argv for a in ("--consumer-function", name)]
+    assert _config_field_seen(quantize_case, monkeypatch, options, "consumer_functions") == [want]
+
+
+@pytest.mark.parametrize("argv, want", [([], True), (["--no-consumer-weighting"], False),
+                                         (["--consumer-weighting"], True)])
+def test_quantize_consumer_weighting_option(quantize_case, capsys, monkeypatch, argv, want):
+    assert _config_field_seen(quantize_case, monkeypatch, argv, "consumer_weighting") == [want]
 
 
 def test_quantize_unknown_consumer_function_is_one_line(quantize_case, capsys):

@@ -42,3 +42,10 @@ def test_a_model_ort_refuses_is_one_located_line():
         runtime.session(m, purpose=" to calibrate it", where="m.onnx")
     msg = str(e.value)
     assert msg.startswith("m.onnx: ONNX Runtime cannot load the model to calibrate it: ") and "\n" not in msg
+
+
+def test_optimized_to_writes_the_graph_ort_runs(tmp_path):
+    path = tmp_path / "optimized.onnx"
+    runtime.session(_model(), optimized_to=str(path))
+    ops = [n.op_type for n in onnx.load(path).graph.node]
+    assert ops and set(ops) <= {"Relu", "Neg"}  # level 2 keeps the graph's own nodes here

@@ -19,7 +19,9 @@ import tempfile
 
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
+
+from qnnx import runtime
+from qnnx.errors import QnnxError
 
 FUSABLE = ("Conv", "Gemm", "MatMul")
 
@@ -51,13 +53,9 @@ def unfused(model: ir.Model) -> tuple[list[str], int]:
         return [], 0
     with tempfile.TemporaryDirectory(prefix="qnnx_fusion_") as tmp:
         path = os.path.join(tmp, "optimized.onnx")
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        opts.optimized_model_filepath = path
         try:
-            ort.InferenceSession(ir.to_proto(model).SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        except Exception:  # ORT's own exception types; output_agreement says the model does not load
+            runtime.session(model, optimized_to=path)
+        except QnnxError:  # output_agreement says the model does not load
             return [], len(groups)
         left = {n.name for n in onnx.load(path, load_external_data=False).graph.node
                 if n.op_type in FUSABLE and n.domain in ("", "ai.onnx")}

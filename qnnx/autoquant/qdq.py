@@ -292,15 +292,25 @@ def float_max_pools(graph: ir.Graph) -> int:
     return changed
 
 
+def _dequantized_constant(v: ir.Value | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(real values in float64, stored integers)`` of a DequantizeLinear of constants (scalar or
+    same-shape per-axis qparams), else None."""
+    dq = v.producer() if v is not None else None
+    if dq is None or dq.op_type != "DequantizeLinear":
+        return None
+    q, scale = const_array(dq.inputs[0]), const_array(dq.inputs[1])
+    zp = const_array(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else np.zeros((), np.int64)
+    if q is None or scale is None or zp is None:
+        return None
+    return (q.astype(np.float64) - zp.astype(np.float64)) * scale.astype(np.float64), q
+
+
 def _scalar_constant(v: ir.Value) -> float | None:
     """The real value of a scalar constant operand: an initializer, or a DequantizeLinear of one."""
     c = const_array(v)
-    if c is None and v.producer() is not None and v.producer().op_type == "DequantizeLinear":
-        dq = v.producer()
-        q, scale = const_array(dq.inputs[0]), const_array(dq.inputs[1])
-        zp = const_array(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else np.zeros((), np.int64)
-        if q is not None and scale is not None and zp is not None and q.size == 1 and scale.size == 1:
-            c = (q.astype(np.float64) - zp.astype(np.float64)) * scale.astype(np.float64)
+    if c is None:
+        dequantized = _dequantized_constant(v)
+        c = dequantized[0] if dequantized is not None and dequantized[1].size == 1 else None
     if c is None or np.size(c) != 1 or not np.issubdtype(np.asarray(c).dtype, np.floating):
         return None
     return float(np.asarray(c).reshape(()))
@@ -342,14 +352,8 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
 
 def _int32_dequantized(v: ir.Value | None) -> np.ndarray | None:
     """The real values of an int32 DequantizeLinear of constants (a quantized bias), else None."""
-    dq = v.producer() if v is not None else None
-    if dq is None or dq.op_type != "DequantizeLinear":
-        return None
-    q, scale = const_array(dq.inputs[0]), const_array(dq.inputs[1])
-    zp = const_array(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else np.zeros((), np.int32)
-    if q is None or scale is None or zp is None or q.dtype != np.int32:
-        return None
-    return (q.astype(np.float64) - zp.astype(np.float64)) * scale.astype(np.float64)
+    dequantized = _dequantized_constant(v)
+    return dequantized[0] if dequantized is not None and dequantized[1].dtype == np.int32 else None
 
 
 def shifts_as_zero_points(graph: ir.Graph) -> int:

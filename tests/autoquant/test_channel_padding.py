@@ -120,18 +120,24 @@ def test_a_float_depthwise_conv_is_not_padded():
     assert [r.reason for r in records] == ["weights are not quantized"]
 
 
-def test_padding_a_quantized_constant_uses_each_rows_zero_point():
-    """New input columns of a per-row asymmetric weight dequantize to exactly 0."""
+def _conv_with_dequantized_weight(q: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> tuple[ir.Graph, ir.Node]:
+    """A graph holding ``Conv(x, DequantizeLinear(q, scale, zp, axis=0))``."""
     graph = ir.Graph([], [], nodes=[], name="g")
     b = Builder(graph, "t")
-    q = np.array([[10, 20], [30, 40], [50, 60]], np.uint8)
-    zp = np.array([7, 8, 9], np.uint8)
-    scale = np.array([0.5, 0.25, 2.0], np.float32)
     w = b.op("DequantizeLinear", [b.const(q, "q"), b.const(scale, "s"), b.const(zp, "z")], axis=0)
-    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 2, 1, 1]))
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, q.shape[1], 1, 1]))
     graph.inputs.append(x)
     node = ir.Node("", "Conv", [x, w], name="c")
     graph.extend([*b.nodes, node])
+    return graph, node
+
+
+def test_padding_a_quantized_constant_uses_each_rows_zero_point():
+    """New input columns of a per-row asymmetric weight dequantize to exactly 0."""
+    q = np.array([[10, 20], [30, 40], [50, 60]], np.uint8)
+    zp = np.array([7, 8, 9], np.uint8)
+    scale = np.array([0.5, 0.25, 2.0], np.float32)
+    graph, node = _conv_with_dequantized_weight(q, scale, zp)
     _pad_constant_input(graph, node, 1, axis=1, extra=3)
     dq = node.inputs[1].producer()
     new_q = dq.inputs[0].const_value.numpy()
@@ -141,15 +147,8 @@ def test_padding_a_quantized_constant_uses_each_rows_zero_point():
 
 
 def test_padding_along_the_scale_axis_extends_scales_and_zero_points():
-    graph = ir.Graph([], [], nodes=[], name="g")
-    b = Builder(graph, "t")
-    q = np.array([[1, 2], [3, 4]], np.int8)
-    w = b.op("DequantizeLinear", [b.const(q, "q"), b.const(np.array([0.5, 0.25], np.float32), "s"),
-                                  b.const(np.zeros(2, np.int8), "z")], axis=0)
-    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 2, 1, 1]))
-    graph.inputs.append(x)
-    node = ir.Node("", "Conv", [x, w], name="c")
-    graph.extend([*b.nodes, node])
+    graph, node = _conv_with_dequantized_weight(np.array([[1, 2], [3, 4]], np.int8),
+                                                np.array([0.5, 0.25], np.float32), np.zeros(2, np.int8))
     _pad_constant_input(graph, node, 1, axis=0, extra=2)
     dq = node.inputs[1].producer()
     np.testing.assert_array_equal(dq.inputs[0].const_value.numpy(), [[1, 2], [3, 4], [0, 0], [0, 0]])

@@ -150,14 +150,20 @@ def test_channel_balance_defaults_to_off_and_is_validated():
         QuantConfig(channel_balance=2)
 
 
-def test_channel_balance_narrows_a_conv_output_range_set_by_one_loud_channel():
-    """Conv output channel 1 of 8 is 60x louder than the rest (read by a Neg: no consumer function)."""
-    rng = np.random.default_rng(3)
+def _loud_channel_conv(rng) -> Graph:
+    """x[1,4,8,8] -> conv -> "c", whose output channel 1 of 8 is 60x louder than the rest."""
     g = Graph()
     x = g.input("x", [1, 4, 8, 8])
     w = conv_weight(rng, 8, 4, std=0.1)
     w[1] *= 60
     g.node("Conv", [x, g.const(w)], name="conv", out="c", pads=[1, 1, 1, 1])
+    return g
+
+
+def test_channel_balance_narrows_a_conv_output_range_set_by_one_loud_channel():
+    """Conv output channel 1 of 8 is 60x louder than the rest (read by a Neg: no consumer function)."""
+    rng = np.random.default_rng(3)
+    g = _loud_channel_conv(rng)
     g.node("Neg", ["c"], name="neg", out="y")
     model = g.model("y")
     calib = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) for _ in range(8)]
@@ -207,11 +213,7 @@ def test_consumer_weighting_lets_a_channel_no_weight_reads_go_unrepresented():
     """Conv output channel 1 of 8 is 60x louder than the rest, and the next conv gives it tiny weights:
     with consumer weighting its range follows the channels that matter."""
     rng = np.random.default_rng(3)
-    g = Graph()
-    x = g.input("x", [1, 4, 8, 8])
-    w = conv_weight(rng, 8, 4, std=0.1)
-    w[1] *= 60
-    g.node("Conv", [x, g.const(w)], name="conv", out="c", pads=[1, 1, 1, 1])
+    g = _loud_channel_conv(rng)
     w2 = conv_weight(rng, 4, 8, k=1)
     w2[:, 1] *= 0.01
     g.node("Conv", ["c", g.const(w2)], name="next", out="y")
