@@ -21,7 +21,8 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from qnnx import __version__
-from qnnx.autoquant.config import ACTIVATION_DTYPES, METHODS, SPEED_FALLBACKS, QuantConfig
+from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, METHODS, SPEED_FALLBACKS, WEIGHT_ROUNDINGS,
+                                   QuantConfig)
 from qnnx.errors import QnnxError
 
 # Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
@@ -41,6 +42,8 @@ class Format(str, enum.Enum):
 
 
 SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
+BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
+WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.autoquant.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
@@ -188,9 +191,15 @@ def quantize(
             "--sequential", metavar="STAGES", show_default=False,
             help="choose qparams in STAGES topological stages, each observed on the simulated model with the "
             "stages before it quantized (one pass over the data per stage); not better on PP-OCR rec")] = None,
-        bias_correction: Annotated[bool, typer.Option(
-            "--bias-correction", help="fold each biased Conv/Gemm's own mean output error (weight and bias "
-            "rounding, on its measured input means) into its int32 bias")] = QuantConfig.bias_correction,
+        bias_correction: Annotated[BiasCorrection, typer.Option(
+            "--bias-correction",
+            help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
+            "the float model, one topological stage at a time (one run of the model prefix per stage); 'own' "
+            "each Conv/Gemm's own weight/bias rounding error, one pass")] = BiasCorrection(QuantConfig.bias_correction),
+        weight_rounding: Annotated[WeightRounding, typer.Option(
+            "--weight-rounding",
+            help="depthwise conv weights: 'gptq' rounds each channel's taps for the conv's output error on "
+            "the calibration inputs; 'nearest' rounds each weight alone")] = WeightRounding(QuantConfig.weight_rounding),
         consumer_weighting: Annotated[bool, typer.Option(
             "--consumer-weighting/--no-consumer-weighting", help="histogram methods: weigh each channel of an "
             "activation read only by convs by the squared norm of the weights reading it (the range minimises "
@@ -259,7 +268,7 @@ def quantize(
                          propagate_error=propagate_error, speed_fallback=speed_fallback.value,
                          calibration="float" if sequential is None else "sequential",
                          sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
-                         bias_correction=bias_correction, progress=not quiet,
+                         bias_correction=bias_correction.value, weight_rounding=weight_rounding.value, progress=not quiet,
                          consumer_functions=_consumer_functions(consumer_function),
                          consumer_weighting=consumer_weighting)
     if random_calibration:

@@ -13,10 +13,10 @@ import onnxruntime as ort
 from qnnx.errors import QnnxError
 
 
-def session(model: ir.Model | str | Path, *, outputs=(), threads: int | None = None, optimize: bool = True,
+def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threads: int | None = None, optimize: bool = True,
             profile_prefix: str | None = None, optimized_to: str | None = None, purpose: str = "",
             where: str | None = None) -> ort.InferenceSession:
-    """A CPU session of ``model`` (a file, or an ``ir.Model`` that is serialized, never modified).
+    """A CPU session of ``model`` (a file, an ``ir.Model`` or a ``ModelProto``, serialized, never modified).
 
     ``outputs``: values or names also returned (``ir.Model`` only); ``threads``: intra-op threads (one
     inter-op thread), default ORT's; ``optimize=False``: no graph optimizations (the graph as written);
@@ -33,6 +33,10 @@ def session(model: ir.Model | str | Path, *, outputs=(), threads: int | None = N
                 proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
                 existing.add(name)
         source = proto.SerializeToString()
+    elif isinstance(model, onnx.ModelProto):
+        if outputs:
+            raise TypeError("extra outputs need an ir.Model")
+        source = model.SerializeToString()
     else:
         if outputs:
             raise TypeError("extra outputs need an ir.Model")

@@ -705,15 +705,21 @@ def test_quantize_report_refused_before_quantizing(quantize_case, tmp_path, caps
     assert "calibrating" not in captured.err  # refused before any calibration
 
 
-def test_quantize_bias_correction_flag_reaches_the_config(quantize_case, monkeypatch):
+def test_quantize_bias_correction_and_weight_rounding_reach_the_config(quantize_case, monkeypatch):
     import qnnx.autoquant.pipeline as pipeline
 
     seen = []
-    real = pipeline.correct_biases
-    monkeypatch.setattr(pipeline, "correct_biases", lambda *a, **k: seen.append(1) or real(*a, **k))
+    for name in ("correct_biases", "correct_biases_sequentially", "round_depthwise_weights"):
+        real = getattr(pipeline, name)
+        monkeypatch.setattr(pipeline, name, lambda *a, _n=name, _r=real, **k: seen.append(_n) or _r(*a, **k))
     src, calib = quantize_case
     out = src.parent / "q.onnx"
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q"]) == 0
-    assert seen == []  # off by default
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "-q"]) == 0
-    assert seen == [1]
+    assert seen == ["round_depthwise_weights", "correct_biases_sequentially"]  # the defaults
+    seen.clear()
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "own",
+                 "--weight-rounding", "nearest", "-q"]) == 0
+    assert seen == ["correct_biases"]
+    seen.clear()
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "off", "-q"]) == 0
+    assert seen == ["round_depthwise_weights"]

@@ -1,5 +1,17 @@
 """Empirical bias correction: fold each integer layer's mean output error back into its int32 bias.
 
+Two ways (``QuantConfig.bias_correction``):
+
+- "sequential" (the default, :func:`correct_biases_sequentially`): each conv's whole mean output shift
+  against the float model, upstream error included, one topological stage at a time, so every layer
+  is measured after the layers before it were corrected.
+- "own" (:func:`correct_biases`): each layer's own error only, from one pass.
+
+Why it matters: a per-tensor uint8 scale set by a few loud channels leaves the quiet ones a handful
+of levels, and rounding a narrow distribution on a coarse grid shifts its mean; convs turn those
+shifts into per-channel offsets that compound with depth. On PP-OCRv4 rec (9 calibration sets of
+32 lines) the sequential correction took the mean character-accuracy drop from 1.72 to 0.26 points.
+
 Quantizing a layer's input and weights shifts the *mean* of its output per channel (rounding of
 a skewed distribution, clipped tails, a weight grid that is coarse next to near-dead channels).
 Depthwise convolutions sum only a few products, so the shift does not average out, and it
@@ -11,11 +23,17 @@ output error to that layer's int32 bias.
 
 from __future__ import annotations
 
+import sys
+import time
+from dataclasses import dataclass
+
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import numerics, runtime
+from qnnx.autoquant.qdq import _quantized_constant
 from qnnx.ir import const_array
 
 INT32 = np.iinfo(np.int32)
@@ -26,7 +44,7 @@ def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
     return runtime.session(model, outputs=names, optimize=False)
 
 
-def _bias_dequantize(node: ir.Node) -> ir.Node | None:
+def bias_dequantize(node: ir.Node) -> ir.Node | None:
     if len(node.inputs) < 3 or node.inputs[2] is None:
         return None
     dq = node.inputs[2].producer()
@@ -48,7 +66,7 @@ def correct_biases(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) ->
     float_weights = {n.name: n for n in float_model.graph if n.op_type in ("Conv", "Gemm")}
     layers = []
     for node in qdq.graph:
-        if node.op_type not in ("Conv", "Gemm") or node.name not in float_weights or not _bias_dequantize(node):
+        if node.op_type not in ("Conv", "Gemm") or node.name not in float_weights or not bias_dequantize(node):
             continue
         f = float_weights[node.name]
         w, b = const_array(f.inputs[1]), const_array(f.inputs[2]) if len(f.inputs) > 2 and f.inputs[2] is not None else None
@@ -68,19 +86,19 @@ def correct_biases(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) ->
             means[name] = means.get(name, 0) + _channel_means(x, axis) / len(samples)
     changed = 0
     for (node, w, b, w_dq), name in zip(layers, names):
-        w_hat = _dequantized(w_dq)
+        w_hat = dequantized(w_dq)
         delta = _weight_error(node, w - w_hat, means[name])
         if delta is None:
             continue
-        dq = _bias_dequantize(node)
-        b_hat = _dequantized(dq)
+        dq = bias_dequantize(node)
+        b_hat = dequantized(dq)
         if b is not None and b.shape == b_hat.shape:
             delta = delta + (b - b_hat)
-        changed += _apply(node, delta)
+        changed += add_to_bias(node, delta)
     return changed
 
 
-def _dequantized(dq: ir.Node) -> np.ndarray:
+def dequantized(dq: ir.Node) -> np.ndarray:
     """The float values a constant DequantizeLinear gives the runtime (ONNX's default axis is 1)."""
     zp = dq.inputs[2] if len(dq.inputs) > 2 and dq.inputs[2] is not None else None
     axis = dq.attributes["axis"].value if "axis" in dq.attributes else 1
@@ -110,15 +128,231 @@ def _channel_means(out: np.ndarray, axis: int) -> np.ndarray:
     return out.astype(np.float64).mean(axis=other)
 
 
-def _apply(node: ir.Node, delta: np.ndarray) -> bool:
-    dq = _bias_dequantize(node)
+def add_to_bias(node: ir.Node, delta: np.ndarray, applied: bool = False):
+    """Add ``delta`` (float, per output channel) to ``node``'s int32 bias, rounded to its grid. Returns
+    whether it changed, or with ``applied`` the float change made (None when nothing changed)."""
+    dq = bias_dequantize(node)
     q = const_array(dq.inputs[0]).astype(np.int64)
     scale = np.broadcast_to(np.asarray(const_array(dq.inputs[1]), np.float64), q.shape)
     if delta.shape != q.shape or not np.all(np.isfinite(delta)):
-        return False
+        return None if applied else False
     new = np.clip(q + np.round(delta / scale), INT32.min, INT32.max).astype(np.int32)
     if np.array_equal(new, q):
-        return False
+        return None if applied else False
     value = dq.inputs[0]
     value.const_value = ir.tensor(new, name=value.name)
+    if applied:
+        step = np.asarray(const_array(dq.inputs[1]), np.float32)
+        return (new.astype(np.float32) * step - q.astype(np.float32) * step).astype(np.float32)
     return True
+
+
+# --------------------------------------------------------------------------- sequential correction
+
+
+@dataclass(frozen=True)
+class CorrectionRecord:
+    """One layer's correction: the rms over channels of the mean output shift taken out, against the rms
+    of its float output (both on the correction samples), and the topological stage it was measured in."""
+
+    node: str
+    stage: int
+    shift_rms: float
+    output_rms: float
+
+    @property
+    def relative(self) -> float:
+        return self.shift_rms / self.output_rms if self.output_rms > 0 else 0.0
+
+
+def _new_bias_scale(node: ir.Node) -> np.ndarray | None:
+    """``x_scale * w_scale`` per output channel of a bias-less integer conv (per-tensor input scale from the
+    DequantizeLinear before it, weight scales from its constant weight DequantizeLinear), or None."""
+    x_dq = node.inputs[0].producer() if node.inputs[0] is not None else None
+    w_dq = node.inputs[1].producer() if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if x_dq is None or w_dq is None or x_dq.op_type != "DequantizeLinear" or w_dq.op_type != "DequantizeLinear":
+        return None
+    x_scale, w_scale, w_q = const_array(x_dq.inputs[1]), const_array(w_dq.inputs[1]), const_array(w_dq.inputs[0])
+    if x_scale is None or w_scale is None or w_q is None or np.size(x_scale) != 1 or w_q.ndim < 3:
+        return None
+    scale = (np.float32(np.asarray(x_scale).reshape(())) * np.asarray(w_scale, np.float32).reshape(-1)).astype(np.float32)
+    return np.broadcast_to(scale, (w_q.shape[0],)).copy() if scale.size in (1, w_q.shape[0]) else None
+
+
+def _with_bias(graph: ir.Graph, node: ir.Node) -> ir.Node | None:
+    """``node``'s int32 bias DequantizeLinear, a zero one added first if it has none (the correction of a
+    bias-less conv: prepare drops all-zero biases)."""
+    dq = bias_dequantize(node)
+    if dq is not None or (len(node.inputs) > 2 and node.inputs[2] is not None):
+        return dq
+    scale = _new_bias_scale(node)
+    if scale is None:
+        return None
+    zeros = np.zeros(scale.shape, np.int32)
+    if len(node.inputs) < 3:
+        node.resize_inputs(3)
+    _quantized_constant(graph, node, 2, zeros, scale, zeros, 0, "bias")
+    return bias_dequantize(node)
+
+
+def correctable_layers(float_model: ir.Model, qdq: ir.Model) -> dict[ir.Node, str]:
+    """Convs of ``qdq`` with a constant int32 bias (or none, but integer input and weights), each with the
+    float model's value to compare its output with: the value of the same name (folds keep the name of the value they end in: a Conv -> Mul -> Add
+    folded into the conv ends in the Add's output), or the graph output that the QDQ model renamed to
+    ``{name}_float`` when it quantized it (qdq._insert_qdq)."""
+    float_values = {v.name for n in float_model.graph for v in n.outputs}
+    float_outputs = {v.name for v in float_model.graph.outputs}
+    layers = {}
+    for n in qdq.graph:
+        if n.op_type != "Conv" or (bias_dequantize(n) is None and _new_bias_scale(n) is None):
+            continue
+        name = n.outputs[0].name
+        if name in float_values:
+            layers[n] = name
+        elif name.endswith("_float") and name[:-len("_float")] in float_outputs:
+            layers[n] = name[:-len("_float")]
+    return layers
+
+
+def stages(layers: list[ir.Node], graph: ir.Graph) -> list[list[ir.Node]]:
+    """``layers`` grouped so that no layer is upstream of another in its group, in topological order:
+    a layer's stage is one more than the deepest stage among the layers it depends on."""
+    wanted = {id(n) for n in layers}
+    depth: dict[int, int] = {}  # node -> number of layers on its deepest path from the inputs, itself included
+    stage_of: dict[int, int] = {}
+    for node in graph:  # graph order is topological
+        d = max((depth.get(id(v.producer()), 0) for v in node.inputs if v is not None and v.producer() is not None),
+                default=0)
+        if id(node) in wanted:
+            stage_of[id(node)] = d
+            d += 1
+        depth[id(node)] = d
+    out: dict[int, list[ir.Node]] = {}
+    for n in layers:
+        out.setdefault(stage_of[id(n)], []).append(n)
+    return [out[k] for k in sorted(out)]
+
+
+def _mean_over_samples(sess: ort.InferenceSession, names: list[str], samples: list[dict],
+                       squares: dict[str, float]) -> dict[str, np.ndarray]:
+    """Per-channel means (axis 1) of ``names`` over ``samples``; the mean square of each into ``squares``."""
+    means: dict[str, np.ndarray] = {}
+    for feed in samples:
+        for name, y in zip(names, sess.run(names, feed)):
+            means[name] = means.get(name, 0) + _channel_means(y, 1) / len(samples)
+            squares[name] = squares.get(name, 0.0) + float(np.mean(np.square(y, dtype=np.float64))) / len(samples)
+    return means
+
+
+class _Segments:
+    """The QDQ graph run stage by stage, each run only the nodes no earlier stage ran: stage ``k``'s segment
+    is what its layers' outputs depend on minus the earlier segments. The values a later segment reads
+    are cached per sample between runs (and dropped after their last reader), so the whole model runs
+    about once per sample, not once per stage."""
+
+    def __init__(self, proto: onnx.ModelProto, stage_outputs: list[list[str]]):
+        graph = proto.graph
+        self.proto = proto
+        producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+        done: set[int] = set()
+        self.nodes: list[list[int]] = []
+        for names in stage_outputs:
+            seg, todo = set(), list(names)
+            while todo:
+                i = producer.get(todo.pop())
+                if i is not None and i not in done and i not in seg:
+                    seg.add(i)
+                    todo.extend(x for x in graph.node[i].input if x)
+            done |= seg
+            self.nodes.append(sorted(seg))
+        produced = [{o for i in seg for o in graph.node[i].output if o} for seg in self.nodes]
+        read = [{x for i in seg for x in graph.node[i].input if x} for seg in self.nodes]
+        self.inputs = [sorted(r - p) for r, p in zip(read, produced)]  # graph inputs, initializers, cache
+        last_read: dict[str, int] = {}
+        for k, r in enumerate(read):
+            for name in r:
+                last_read[name] = k
+        # what each segment must hand on: values it produces that a later segment reads
+        self.keep = [sorted(v for v in p if last_read.get(v, -1) > k) for k, p in enumerate(produced)]
+        self.last_read = last_read
+        self.initializers = {t.name for t in graph.initializer}
+        self.graph_inputs = {v.name for v in graph.input}
+
+    def session(self, k: int, outputs: list[str], cached: dict[str, np.ndarray]) -> ort.InferenceSession:
+        graph = self.proto.graph
+        model = onnx.ModelProto()
+        model.CopyFrom(self.proto)
+        del model.graph.node[:]
+        model.graph.node.extend(graph.node[i] for i in self.nodes[k])
+        del model.graph.input[:]
+        model.graph.input.extend(v for v in graph.input)
+        for name in self.inputs[k]:
+            if name not in self.initializers and name not in self.graph_inputs:
+                elem = onnx.helper.np_dtype_to_tensor_dtype(cached[name].dtype)
+                model.graph.input.append(onnx.helper.make_tensor_value_info(name, elem, None))
+        del model.graph.output[:]
+        model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in outputs)
+        return runtime.session(model, optimize=False, purpose=" (bias correction)")
+
+
+def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: list[dict],
+                                progress: bool = False) -> list[CorrectionRecord]:
+    """Correct the int32 biases of ``qdq``'s convs in place, stage by stage, for their whole mean output
+    shift against ``float_model`` on ``samples``; one record per layer changed.
+
+    ``E[y_float] - E[y_qdq]`` per output channel at each conv's output (before its QuantizeLinear),
+    measured on the QDQ graph as written (no fusion) with every earlier stage already corrected, is
+    added to the int32 bias: the conv's output is linear in its bias, so that mean shift is gone
+    exactly on these samples, and the cached output is shifted by the same amount for the stages
+    after it. Correcting every layer from one pass instead counts an upstream shift again at each
+    layer below it, and the corrections add up: it ruined PP-OCR rec (0-5% character accuracy with
+    stages of four layers); layer by layer it took the drop from 1.72 to 0.26 points."""
+    float_name = correctable_layers(float_model, qdq)
+    if not float_name or not samples:
+        return []
+    names = list(dict.fromkeys(float_name.values()))
+    squares: dict[str, float] = {}
+    float_means = _mean_over_samples(runtime.session(float_model, outputs=names, optimize=False,
+                                                     purpose=" (bias correction, float model)"), names, samples,
+                                     squares)
+    groups = stages(list(float_name), qdq.graph)
+    segments = _Segments(ir.to_proto(qdq), [[n.outputs[0].name for n in g] for g in groups])
+    caches: list[dict[str, np.ndarray]] = [{} for _ in samples]
+    records, started = [], time.perf_counter()
+    for k, group in enumerate(groups):
+        wanted = [n.outputs[0].name for n in group]
+        outputs = list(dict.fromkeys(wanted + segments.keep[k]))
+        sess = segments.session(k, outputs, caches[0])
+        feeds_of = [x.name for x in sess.get_inputs()]
+        means: dict[str, np.ndarray] = {}
+        for feed, cache in zip(samples, caches):
+            values = sess.run(outputs, {name: cache[name] if name in cache else feed[name] for name in feeds_of})
+            for name, y in zip(outputs, values):
+                if name in wanted:
+                    means[name] = means.get(name, 0) + _channel_means(y, 1) / len(samples)
+                cache[name] = y
+            for name in [n for n in cache if segments.last_read.get(n, -1) <= k]:
+                del cache[name]  # no later segment reads it
+        for node in group:
+            name = node.outputs[0].name
+            target, got = float_means[float_name[node]], means[name]
+            if target.shape != got.shape:
+                continue
+            delta = target - got
+            if _with_bias(qdq.graph, node) is None:
+                continue
+            applied = add_to_bias(node, delta, applied=True)
+            if applied is None:
+                continue
+            records.append(CorrectionRecord(node.name, k, float(np.sqrt(np.mean(delta ** 2))),
+                                            float(np.sqrt(squares[float_name[node]]))))
+            for cache in caches:  # the conv's output moves by exactly the bias change
+                if name in cache:
+                    y = cache[name]
+                    cache[name] = (y + applied.reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)).astype(y.dtype)
+        if progress:
+            print(f"\rbias correction: stage {k + 1}/{len(groups)}, {time.perf_counter() - started:.1f}s",
+                  end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return records

@@ -32,7 +32,8 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import runtime
-from qnnx.autoquant.bias_correction import correct_biases
+from qnnx.autoquant.bias_correction import correct_biases, correct_biases_sequentially
+from qnnx.autoquant.weight_rounding import round_depthwise_weights
 from qnnx.autoquant.config import HISTOGRAM_METHODS, Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
@@ -606,8 +607,13 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     if config.speed_fallback != "off":
         qdq, speed_float = _speed_fallback(float_model, the_plan, act_qparams, qdq, kept[0], report, config)
         keep |= speed_float
-    if config.bias_correction:  # last: every re-realization above starts from the uncorrected biases
+    # Last, with bias correction: every re-realization above starts from nearest rounding and plain biases.
+    if config.weight_rounding == "gptq":
+        report.rounding = round_depthwise_weights(float_model, qdq, kept)
+    if config.bias_correction == "own":
         correct_biases(float_model, qdq, kept)
+    elif config.bias_correction == "sequential":
+        report.corrections = correct_biases_sequentially(float_model, qdq, kept, progress=config.progress)
     report.outputs = output_agreement(float_model, qdq, kept)
     report.unfused, report.fusable = unfused(for_onnx_runtime(qdq)[0])
     return QuantizedModel(qdq, report, frozenset(keep))

@@ -1,13 +1,19 @@
-"""Bias correction (qnnx.autoquant.bias_correction): a layer's own mean output error per channel,
-from weight and bias rounding on its measured input means, folded into the int32 bias."""
+"""Bias correction (qnnx.autoquant.bias_correction): "own", a layer's own mean output error per
+channel from weight and bias rounding on its measured input means, and "sequential", each conv's
+whole mean output shift against the float model, stage by stage; both folded into the int32 bias."""
 
 from __future__ import annotations
 
 import numpy as np
-from autoquant_helpers import Graph, run_ort
+import onnx_ir as ir
+import pytest
+from autoquant_helpers import Graph, conv_weight, run_ort
 
 import qnnx
 from qnnx import QuantConfig
+from qnnx.autoquant.bias_correction import bias_dequantize, stages
+from qnnx.errors import QnnxError
+from qnnx.ir import const_array
 
 
 def _one_conv(rng):
@@ -48,3 +54,97 @@ def test_correction_changes_nothing_without_biased_layers():
     b = qnnx.quantize(model, calib, QuantConfig(progress=False, bias_correction=True)).qdq
     x = calib[0]
     np.testing.assert_array_equal(run_ort(a, {"x": x})[0], run_ort(b, {"x": x})[0])
+
+
+# --------------------------------------------------------------------------- sequential correction
+
+
+def _chain(rng, loud: bool = True):
+    """conv1 -> relu -> conv2 -> relu -> conv3, with one loud input channel: the per-tensor uint8 scale it
+    sets leaves the quiet channels a few levels, and their rounding shifts every conv's output mean."""
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    w1 = conv_weight(rng, 8, 4)
+    a = g.node("Relu", [g.node("Conv", [x, g.const(w1, "w1"), g.const(np.full(8, 0.05, np.float32))], name="conv1",
+                               pads=[1, 1, 1, 1])])
+    w2 = conv_weight(rng, 8, 8, k=1)
+    b = g.node("Relu", [g.node("Conv", [a, g.const(w2, "w2"), g.const(np.zeros(8, np.float32))], name="conv2")])
+    g.node("Conv", [b, g.const(conv_weight(rng, 4, 8, k=1), "w3"), g.const(np.zeros(4, np.float32))], name="conv3",
+           out="y")
+    return g.model("y")
+
+
+def _samples(rng, n):
+    out = []
+    for _ in range(n):
+        x = (rng.standard_normal((1, 4, 8, 8)) * 0.05 + 0.1).astype(np.float32)
+        x[:, 0] *= 60  # the loud channel
+        out.append(x)
+    return out
+
+
+def _output_means(model, names, samples):
+    from qnnx import runtime
+
+    sess = runtime.session(model if isinstance(model, ir.Model) else ir.from_proto(model), outputs=names,
+                           optimize=False)
+    outs = [sess.run(names, {"x": x}) for x in samples]
+    return {n: np.mean([o[i].mean(axis=(0, 2, 3)) for o in outs], axis=0) for i, n in enumerate(names)}
+
+
+def _conv_outputs(model):
+    return {n.name: n.outputs[0].name for n in model.graph if n.op_type == "Conv"}
+
+
+def test_sequential_correction_matches_every_conv_mean_to_float_on_its_samples():
+    rng = np.random.default_rng(4)
+    model = _chain(rng)
+    calib = _samples(rng, 8)
+    cfg = dict(progress=False, speed_fallback="off", fallback_samples=8, calibration_batch_size=1)
+    off = qnnx.quantize(model, calib, QuantConfig(bias_correction="off", **cfg))
+    seq = qnnx.quantize(model, calib, QuantConfig(bias_correction="sequential", **cfg))
+    names = _conv_outputs(off.qdq)
+    # conv3's output is the graph output "y": the QDQ model quantized it and calls the float value "y_float"
+    assert names == {"conv1": names["conv1"], "conv2": names["conv2"], "conv3": "y_float"}
+    float_names = {**names, "conv3": "y"}
+    want = {names[k]: v for k, v in zip(names, _output_means(ir.from_proto(model), list(float_names.values()),
+                                                             calib).values())}
+    before = _output_means(off.qdq, list(names.values()), calib)
+    after = _output_means(seq.qdq, list(names.values()), calib)
+    for node, value in names.items():
+        bias_dq = bias_dequantize(next(n for n in seq.qdq.graph if n.name == node))
+        step = np.asarray(const_array(bias_dq.inputs[1]), np.float64)
+        # Every layer's mean is the float one to within half its bias grid step: a later stage measured on
+        # stale (uncorrected) cached inputs of an earlier one would leave the later layers off.
+        np.testing.assert_array_less(np.abs(after[value] - want[value]), step / 2 + 1e-6)
+    shift = max(np.abs(before[v] - want[v]).max() for v in names.values())
+    assert shift > 50 * max(np.asarray(const_array(bias_dequantize(n).inputs[1])).max()
+                            for n in seq.qdq.graph if n.op_type == "Conv")  # there was something to correct
+    records = {r.node: r for r in seq.report.corrections}
+    assert set(records) == {"conv1", "conv2", "conv3"} and [records[n].stage for n in ("conv1", "conv2", "conv3")] == [0, 1, 2]
+    assert all(r.shift_rms > 0 and 0 < r.relative < 1 for r in records.values())
+    assert "3 conv(s) corrected for their mean output shift against float in 3 sequential stage(s)" in seq.report.summary()
+    assert not off.report.corrections
+
+
+def test_stages_put_independent_convs_together():
+    rng = np.random.default_rng(5)
+    g = Graph()
+    x = g.input("x", [1, 4, 6, 6])
+    a = g.node("Conv", [x, g.const(conv_weight(rng, 4, 4, k=1)), g.const(np.zeros(4, np.float32))], name="a")
+    b = g.node("Conv", [x, g.const(conv_weight(rng, 4, 4, k=1)), g.const(np.zeros(4, np.float32))], name="b")
+    c = g.node("Conv", [g.node("Add", [a, b]), g.const(conv_weight(rng, 4, 4, k=1)), g.const(np.zeros(4, np.float32))],
+               name="c")
+    d = g.node("Conv", [x, g.const(conv_weight(rng, 4, 4, k=1)), g.const(np.zeros(4, np.float32))], name="d")
+    g.node("Concat", [c, d], axis=1, out="y")
+    m = ir.from_proto(g.model("y"))
+    layers = [n for n in m.graph if n.op_type == "Conv"]
+    assert [[n.name for n in s] for s in stages(layers, m.graph)] == [["a", "b", "d"], ["c"]]
+
+
+def test_bias_correction_values():
+    assert QuantConfig(bias_correction=True).bias_correction == "own"
+    assert QuantConfig(bias_correction=False).bias_correction == "off"
+    assert QuantConfig().bias_correction == "sequential"
+    with pytest.raises(QnnxError, match="bias_correction must be one of off, own, sequential"):
+        QuantConfig(bias_correction="all")

@@ -1,0 +1,164 @@
+"""Output-aware rounding of depthwise conv weights (qnnx.autoquant.weight_rounding): GPTQ error
+feedback and +-1 polish against the input patches' second moment, the bias's mean correction,
+and where it applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from autoquant_helpers import Graph, run_ort
+
+import qnnx
+from qnnx import QuantConfig, runtime
+from qnnx.autoquant import weight_rounding as wr
+from qnnx.errors import QnnxError
+from qnnx.ir import const_array
+
+
+def _correlated_h(rng, c, d):
+    """Second moments of patches of a smooth input with a large mean: strongly correlated taps."""
+    base = rng.standard_normal((c, 400, 1)) * 0.5 + 4.0
+    p = base + rng.standard_normal((c, 400, d)) * 0.3
+    return np.einsum("cmi,cmj->cij", p, p) / 400
+
+
+def _error(q, w, scale, h):
+    e = q * scale[:, None] - w
+    return np.einsum("ci,cij,cj->c", e, h, e)
+
+
+def test_gptq_and_polish_lower_the_output_error_of_every_channel():
+    rng = np.random.default_rng(0)
+    c, d = 64, 9
+    w = rng.standard_normal((c, d)) * 0.2
+    scale = np.abs(w).max(axis=1) / 127.5
+    h = _correlated_h(rng, c, d)
+    nearest = np.clip(np.round(w / scale[:, None]), -128, 127)
+    fed = wr.gptq_round(w, scale, h, -128, 127)
+    chosen = wr.polish(fed, w, scale, h, -128, 127)
+    e_near, e_fed, e_chosen = (_error(q, w, scale, h) for q in (nearest, fed, chosen))
+    assert np.all(e_chosen <= e_fed + 1e-15)  # polish only ever takes improving steps
+    assert e_fed.sum() < 0.3 * e_near.sum()  # correlated taps: fed-forward errors cancel instead of adding up
+    assert e_chosen.sum() < 0.3 * e_near.sum()
+    assert np.all(np.abs(chosen - w / scale[:, None]) <= 2)  # still on the scale's grid, near each weight
+    assert chosen.min() >= -128 and chosen.max() <= 127
+
+
+def test_polish_keeps_the_grid_bounds():
+    w = np.array([[1.0, 1.0, 1.0]])
+    scale = np.array([1.0 / 127])  # every weight at +127: the grid's top
+    h = np.ones((1, 3, 3))  # an all-ones patch: the error of the sum, which +1 steps would lower if allowed
+    w_hi = w * 1.004  # a little above the grid's top: nearest clips to 127
+    q = wr.polish(np.full((1, 3), 127.0), w_hi, scale, h, -128, 127)
+    assert q.max() <= 127
+
+
+@pytest.mark.parametrize("pads,strides,dilations", [((1, 1, 1, 1), (1, 1), (1, 1)), ((0, 2, 1, 0), (2, 1), (1, 2))])
+def test_patch_moments_give_the_conv_output_error(pads, strides, dilations):
+    """e^T H e / count, from the patches, equals the mean square of the conv of the input with the error
+    filter ``e`` as ONNX Runtime computes it (pads, strides and dilations included)."""
+    rng = np.random.default_rng(1)
+    c = 3
+    x = rng.standard_normal((2, c, 7, 9)).astype(np.float32) + 1
+    e = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    g = Graph()
+    g.node("Conv", [g.input("x", x.shape), g.const(e, "e")], name="conv", out="y", group=c, pads=list(pads),
+           strides=list(strides), dilations=list(dilations))
+    y = run_ort(g.model("y"), {"x": x})[0]
+    layer = wr._Layer(None, None, None, None, 1, (3, 3), pads, strides, dilations)
+    h, s, n = wr._patch_moments(x, layer)
+    ev = e.reshape(c, -1).astype(np.float64)
+    np.testing.assert_allclose(np.einsum("ci,cij,cj->c", ev, h, ev) / n, (y.astype(np.float64) ** 2).mean(axis=(0, 2, 3)),
+                               rtol=1e-5)
+    np.testing.assert_allclose((s * ev).sum(axis=1) / n, y.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+
+def _depthwise_model(rng, c=8):
+    """A depthwise 3x3 conv with a bias, then a 1x1 conv: only the first is depthwise."""
+    g = Graph()
+    w = (rng.standard_normal((c, 1, 3, 3)) * 0.1).astype(np.float32)
+    w[:, 0, 1, 1] = 1.0  # a dominant centre tap (a re-parameterized identity branch) sets each scale
+    dw = g.node("Conv", [g.input("x", [1, c, 10, 10]), g.const(w, "w_dw"), g.const(np.full(c, 0.1, np.float32))],
+                name="dw", group=c, pads=[1, 1, 1, 1])
+    g.node("Conv", [dw, g.const((rng.standard_normal((4, c, 1, 1)) * 0.3).astype(np.float32), "w_pw")],
+           name="pw", out="y")
+    return g.model("y")
+
+
+def _inputs(rng, n):
+    """Smooth inputs with a large mean per channel, as after PP-OCRv4's hard-swish."""
+    out = []
+    for _ in range(n):
+        base = rng.standard_normal((1, 8, 1, 1)) * 2 + 6
+        smooth = np.cumsum(rng.standard_normal((1, 8, 10, 10)) * 0.1, axis=3)
+        out.append((base + smooth).astype(np.float32))
+    return out
+
+
+def _output_of(model, node_name):
+    return next(n for n in model.graph if n.name == node_name).outputs[0].name
+
+
+def test_gptq_rounding_lowers_the_quantized_models_error_on_held_out_inputs():
+    rng = np.random.default_rng(2)
+    model = _depthwise_model(rng)
+    calib, held_out = _inputs(rng, 8), _inputs(rng, 8)
+    # bias_correction "off": the sequential correction would take the mean error out of both
+    near = qnnx.quantize(model, calib, QuantConfig(progress=False, speed_fallback="off", weight_rounding="nearest",
+                                                   bias_correction="off"))
+    gptq = qnnx.quantize(model, calib, QuantConfig(progress=False, speed_fallback="off", weight_rounding="gptq",
+                                                   bias_correction="off"))
+
+    def mse(qm):
+        return np.mean([(run_ort(model, {"x": x})[0] - run_ort(qm.qdq, {"x": x})[0]) ** 2 for x in held_out])
+
+    assert mse(gptq) < 0.8 * mse(near)
+    # The depthwise conv's own output (before its QuantizeLinear): the mean error per channel is what the
+    # bias correction takes out, with the right sign (flipped, it measured 0.034 instead of 0.008).
+    fm = ir.from_proto(model)
+    float_dw = runtime.session(fm, outputs=[_output_of(fm, "dw")], optimize=False)
+
+    def dw_mean_error(qm):
+        sess = runtime.session(qm.qdq, outputs=[_output_of(qm.qdq, "dw")], optimize=False)
+        errs = [float_dw.run([_output_of(fm, "dw")], {"x": x})[0] - sess.run([_output_of(qm.qdq, "dw")], {"x": x})[0]
+                for x in held_out]
+        return np.abs(np.mean(errs, axis=(0, 1, 3, 4))).max()
+
+    assert dw_mean_error(gptq) < 0.2 * dw_mean_error(near)  # measured 0.008 vs 0.081
+    assert not near.report.rounding
+    (record,) = gptq.report.rounding  # the depthwise conv only
+    assert record.node == "dw" and record.channels == 8 and record.taps == 9 and record.bias_corrected
+    assert record.gain_db > 0
+    assert "1 depthwise conv(s) rounded for their output error" in gptq.report.summary()
+    # The 1x1 conv keeps nearest rounding; the depthwise conv's int8 weights moved, on the same scales.
+    weights = {m: {n.name: n for n in q.qdq.graph if n.op_type == "Conv"} for m, q in (("near", near), ("gptq", gptq))}
+
+    def int8_weights(node):
+        return const_array(node.inputs[1].producer().inputs[0]), const_array(node.inputs[1].producer().inputs[1])
+
+    np.testing.assert_array_equal(int8_weights(weights["near"]["pw"])[0], int8_weights(weights["gptq"]["pw"])[0])
+    (q_near, s_near), (q_gptq, s_gptq) = int8_weights(weights["near"]["dw"]), int8_weights(weights["gptq"]["dw"])
+    np.testing.assert_array_equal(s_near, s_gptq)
+    assert not np.array_equal(q_near, q_gptq) and np.abs(q_near.astype(int) - q_gptq).max() <= 2
+
+
+def test_a_depthwise_conv_with_a_weight_zero_point_is_left_with_its_reason():
+    rng = np.random.default_rng(3)
+    model = _depthwise_model(rng)
+    qm = qnnx.quantize(model, _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off",
+                                                           weight_rounding="nearest"))
+    dw = next(n for n in qm.qdq.graph if n.name == "dw")
+    w_dq = dw.inputs[1].producer()
+    zp = w_dq.inputs[2]
+    zp.const_value = ir.tensor(np.ones(const_array(zp).shape, np.int8), name=zp.name)
+    before = const_array(w_dq.inputs[0]).copy()
+    float_model = ir.from_proto(model)
+    (record,) = wr.round_depthwise_weights(float_model, qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
+    assert record.reason == "weight zero point is not 0" and record.gain_db == 0
+    np.testing.assert_array_equal(const_array(w_dq.inputs[0]), before)
+
+
+def test_weight_rounding_is_validated():
+    with pytest.raises(QnnxError, match="weight_rounding must be one of nearest, gptq"):
+        QuantConfig(weight_rounding="adaround")
