@@ -109,6 +109,8 @@ def _depthwise_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> li
             why = "weights are not a constant int8 tensor of the float weights' shape"
         elif zp is not None and np.any(zp != 0):
             why = "weight zero point is not 0"
+        elif not _rounds_to(q, w, const_array(w_dq.inputs[1])):
+            why = "int8 weights are not the float weights rounded (a fold changed them)"
         elif attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
             why = f"auto_pad {attrs['auto_pad']}"
         if why:
@@ -123,6 +125,14 @@ def _depthwise_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> li
                              c_out // group, kernel, pads, tuple(int(s) for s in attrs.get("strides", (1, 1))),
                              tuple(int(d) for d in attrs.get("dilations", (1, 1)))))
     return layers
+
+
+def _rounds_to(q: np.ndarray, w: np.ndarray, scale) -> bool:
+    """Whether ``q`` is ``w`` on the grid of ``scale`` (per output channel) to within a step: GPTQ re-rounds
+    the float weights, so they must be what the int8 ones came from."""
+    s = np.asarray(scale, np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bool(np.all(np.abs(q - np.clip(w / s, -128, 127)) <= 1.0))
 
 
 def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict]) -> None:

@@ -1,5 +1,6 @@
 """The written QDQ models of real PP-OCR models run as integer kernels on ONNX Runtime: every quantized
-conv group fused (fusion_check.py; 9 of PP-OCRv4 rec's depthwise convs once silently ran float), the
+conv group fused (fusion_check.py; 9 of PP-OCRv4 rec's depthwise convs once silently ran float; the
+default weight rounding and bias correction keep it so), the
 classifier's depthwise convs padded to ORT's fast kernel with the same output bits (channel_padding.py).
 The models ship in rapidocr-onnxruntime (the examples extra, part of dev)."""
 
@@ -62,4 +63,8 @@ def test_ppocr_rec_every_quantized_conv_is_an_integer_kernel():
     path = Path(rapidocr_onnxruntime.__file__).parent / "models" / "ch_PP-OCRv4_rec_infer.onnx"
     qm = qnnx.quantize(str(path), [_rec_input(i) for i in range(8)], UNTIMED)
     assert qm.report.fusable >= 40
+    # The defaults re-round the 14 depthwise convs' weights and correct every conv's int32 bias: the
+    # biases stay at x_scale * w_scale, so ORT still fuses every group.
+    assert len(qm.report.rounding) == 14 and all(r.gain_db > 1 and not r.reason for r in qm.report.rounding)
+    assert len(qm.report.corrections) >= 38
     assert qm.report.unfused == [], qm.report.unfused

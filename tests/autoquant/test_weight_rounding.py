@@ -162,3 +162,17 @@ def test_a_depthwise_conv_with_a_weight_zero_point_is_left_with_its_reason():
 def test_weight_rounding_is_validated():
     with pytest.raises(QnnxError, match="weight_rounding must be one of nearest, gptq"):
         QuantConfig(weight_rounding="adaround")
+
+
+def test_int8_weights_that_are_not_the_float_ones_rounded_are_left_with_their_reason():
+    rng = np.random.default_rng(6)
+    model = _depthwise_model(rng)
+    qm = qnnx.quantize(model, _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off",
+                                                           weight_rounding="nearest"))
+    w_dq = next(n for n in qm.qdq.graph if n.name == "dw").inputs[1].producer()
+    q = w_dq.inputs[0]
+    flipped = -const_array(q)  # as if a fold had negated the filter after the float model was taken
+    q.const_value = ir.tensor(flipped, name=q.name)
+    (record,) = wr.round_depthwise_weights(ir.from_proto(model), qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
+    assert record.reason == "int8 weights are not the float weights rounded (a fold changed them)"
+    np.testing.assert_array_equal(const_array(q), flipped)
