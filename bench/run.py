@@ -47,12 +47,13 @@ def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool 
 
 
 def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None,
-                   speed_fallback: str | None = None) -> None:
+                   speed_fallback: str | None = None, options: dict | None = None) -> None:
     """qnnx defaults, or another calibration ``method`` / ``speed_fallback`` ("off" where the cost of
-    calibration itself is measured: ORT's quantizer times nothing)."""
+    calibration itself is measured: ORT's quantizer times nothing) and other QuantConfig ``options``."""
     from qnnx import QuantConfig, quantize
 
-    options = {k: v for k, v in (("method", method), ("speed_fallback", speed_fallback)) if v is not None}
+    options = dict(options or {})
+    options.update({k: v for k, v in (("method", method), ("speed_fallback", speed_fallback)) if v is not None})
     quantize(model_path, calib, QuantConfig(progress=False, **options)).save(out_path)
 
 
