@@ -148,3 +148,4 @@ def test_bias_correction_values():
     assert QuantConfig().bias_correction == "sequential"
     with pytest.raises(QnnxError, match="bias_correction must be one of off, own, sequential"):
         QuantConfig(bias_correction="all")
+
