@@ -194,7 +194,7 @@ def quantize(
         bias_correction: Annotated[BiasCorrection, typer.Option(
             "--bias-correction",
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
-            "the float model, one topological stage at a time (one run of the model prefix per stage); 'own' "
+            "the float model, one topological stage at a time (each stage runs its own graph segment); 'own' "
             "each Conv/Gemm's own weight/bias rounding error, one pass")] = BiasCorrection(QuantConfig.bias_correction),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding",
