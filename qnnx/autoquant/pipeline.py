@@ -609,7 +609,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         keep |= speed_float
     # Last, with bias correction: every re-realization above starts from nearest rounding and plain biases.
     if config.weight_rounding == "gptq":
-        report.rounding = round_depthwise_weights(float_model, qdq, kept)
+        report.rounding = round_depthwise_weights(float_model, qdq, kept, progress=config.progress)
     if config.bias_correction == "own":
         correct_biases(float_model, qdq, kept)
     elif config.bias_correction == "sequential":

@@ -22,6 +22,8 @@ and the measurement above found nothing to gain there.
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,16 +76,27 @@ class _Layer:
     count: int = 0
 
 
-def round_depthwise_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) -> list[RoundingRecord]:
+def round_depthwise_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict],
+                            progress: bool = False) -> list[RoundingRecord]:
     """Re-round the int8 weights (and correct the int32 bias) of every depthwise conv of ``qdq`` in place,
     from its inputs on ``samples``; one record per depthwise conv."""
     records: list[RoundingRecord] = []
     layers = _depthwise_layers(float_model, qdq, records)
     if not layers or not samples:
         return records
-    _gather_statistics(qdq, layers, samples)
-    for layer in layers:
+    started = time.perf_counter()
+
+    def say(what: str) -> None:
+        if progress:
+            print(f"\rweight rounding: {what}, {time.perf_counter() - started:.1f}s", end="", file=sys.stderr,
+                  flush=True)
+
+    _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
+    for k, layer in enumerate(layers):
         records.append(_round_layer(layer))
+        say(f"layer {k + 1}/{len(layers)}")
+    if progress:
+        print(file=sys.stderr)
     return records
 
 
@@ -135,11 +148,12 @@ def _rounds_to(q: np.ndarray, w: np.ndarray, scale) -> bool:
         return bool(np.all(np.abs(q - np.clip(w / s, -128, 127)) <= 1.0))
 
 
-def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict]) -> None:
+def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict], done=lambda k: None) -> None:
     # The QDQ graph as written (no fusion): each conv's input exactly as its DequantizeLinear gives it.
     names = sorted({layer.node.inputs[0].name for layer in layers})
     sess = runtime.session(qdq, outputs=names, optimize=False, purpose=" to round depthwise weights")
-    for feed in samples:
+    for k, feed in enumerate(samples):
+        done(k)
         values = dict(zip(names, sess.run(names, feed)))
         for layer in layers:
             x = values[layer.node.inputs[0].name]

@@ -176,3 +176,10 @@ def test_int8_weights_that_are_not_the_float_ones_rounded_are_left_with_their_re
     (record,) = wr.round_depthwise_weights(ir.from_proto(model), qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
     assert record.reason == "int8 weights are not the float weights rounded (a fold changed them)"
     np.testing.assert_array_equal(const_array(q), flipped)
+
+
+def test_progress_lines_for_the_rounding_and_the_correction(capsys):
+    rng = np.random.default_rng(7)
+    qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=True, speed_fallback="off"))
+    err = capsys.readouterr().err
+    assert "weight rounding: layer 1/1" in err and "bias correction: stage 2/2" in err
