@@ -172,19 +172,21 @@ def _patch_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarray
     x = np.pad(np.asarray(x, np.float32), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     n, c, h, w = x.shape
     oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    rows = np.arange(0, oh, max(1, -(-oh * ow // MAX_PATCHES)))  # the output rows kept
+    step = max(1, -(-oh * ow // MAX_PATCHES))  # every step-th output row is kept
+    rows = len(range(0, oh, step))
     d = kh * kw
     hs, sums = np.zeros((c, d, d)), np.zeros((c, d))
     windows = sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
-    windows = windows[:, :, ::sh, ::sw, ::dh, ::dw][:, :, rows, :ow]  # (N, C, rows, OW, kh, kw)
-    ones = np.ones(n * len(rows) * ow, np.float32)
-    block = max(1, PATCH_BLOCK // max(1, n * len(rows) * ow * d))
+    # slices only: a view until the one copy per channel block below
+    windows = windows[:, :, ::sh * step, ::sw, ::dh, ::dw][:, :, :rows, :ow]  # (N, C, rows, OW, kh, kw)
+    ones = np.ones(n * rows * ow, np.float32)
+    block = max(1, PATCH_BLOCK // max(1, n * rows * ow * d))
     for c0 in range(0, c, block):
-        p = windows[:, c0:c0 + block].transpose(1, 0, 2, 3, 4, 5).reshape(-1, n * len(rows) * ow, d)
+        p = windows[:, c0:c0 + block].transpose(1, 0, 2, 3, 4, 5).reshape(-1, n * rows * ow, d)
         # float32 BLAS products and sums: the moments only rank roundings, 1e-6 relative is plenty
         hs[c0:c0 + block] = np.matmul(p.transpose(0, 2, 1), p)
         sums[c0:c0 + block] = np.matmul(ones, p)
-    return hs, sums, n * len(rows) * ow
+    return hs, sums, n * rows * ow
 
 
 def _round_layer(layer: _Layer) -> RoundingRecord:
