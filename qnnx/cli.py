@@ -199,7 +199,8 @@ def quantize(
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding",
             help="depthwise conv weights: 'gptq' rounds each channel's taps for the conv's output error on "
-            "the calibration inputs; 'nearest' rounds each weight alone")] = WeightRounding(QuantConfig.weight_rounding),
+            "the calibration inputs; 'nearest' rounds each weight alone"
+        )] = WeightRounding(QuantConfig.weight_rounding),
         consumer_weighting: Annotated[bool, typer.Option(
             "--consumer-weighting/--no-consumer-weighting", help="histogram methods: weigh each channel of an "
             "activation read only by convs by the squared norm of the weights reading it (the range minimises "
@@ -268,7 +269,8 @@ def quantize(
                          propagate_error=propagate_error, speed_fallback=speed_fallback.value,
                          calibration="float" if sequential is None else "sequential",
                          sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
-                         bias_correction=bias_correction.value, weight_rounding=weight_rounding.value, progress=not quiet,
+                         bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
+                         progress=not quiet,
                          consumer_functions=_consumer_functions(consumer_function),
                          consumer_weighting=consumer_weighting)
     if random_calibration:

@@ -13,9 +13,9 @@ import onnxruntime as ort
 from qnnx.errors import QnnxError
 
 
-def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threads: int | None = None, optimize: bool = True,
-            profile_prefix: str | None = None, optimized_to: str | None = None, purpose: str = "",
-            where: str | None = None) -> ort.InferenceSession:
+def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threads: int | None = None,
+            optimize: bool = True, profile_prefix: str | None = None, optimized_to: str | None = None,
+            purpose: str = "", where: str | None = None) -> ort.InferenceSession:
     """A CPU session of ``model`` (a file, an ``ir.Model`` or a ``ModelProto``, serialized, never modified).
 
     ``outputs``: values or names also returned (``ir.Model`` only); ``threads``: intra-op threads (one
@@ -33,14 +33,10 @@ def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threa
                 proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
                 existing.add(name)
         source = proto.SerializeToString()
-    elif isinstance(model, onnx.ModelProto):
-        if outputs:
-            raise TypeError("extra outputs need an ir.Model")
-        source = model.SerializeToString()
+    elif outputs:
+        raise TypeError("extra outputs need an ir.Model")
     else:
-        if outputs:
-            raise TypeError("extra outputs need an ir.Model")
-        source = str(model)
+        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads is not None:

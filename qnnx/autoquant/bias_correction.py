@@ -23,8 +23,6 @@ output error to that layer's int32 bias.
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +31,8 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import numerics, runtime
-from qnnx.autoquant.qdq import _quantized_constant
+from qnnx.autoquant.progress import ProgressLine
+from qnnx.autoquant.qdq import _quantized_constant, int32_bias_scale
 from qnnx.ir import const_array
 
 INT32 = np.iinfo(np.int32)
@@ -77,25 +76,23 @@ def correct_biases(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) ->
     if not layers or not samples:
         return 0
     names = [node.inputs[0].name for node, *_ in layers]
-    sess = _session(qdq, sorted(set(names)))
     fetch = sorted(set(names))
-    means: dict[str, np.ndarray] = {}
-    for feed in samples:
-        for name, x in zip(fetch, sess.run(fetch, feed)):
-            axis = 1 if x.ndim > 2 else x.ndim - 1
-            means[name] = means.get(name, 0) + _channel_means(x, axis) / len(samples)
+    means = _mean_over_samples(_session(qdq, fetch), fetch, samples)
     changed = 0
     for (node, w, b, w_dq), name in zip(layers, names):
-        w_hat = dequantized(w_dq)
-        delta = _weight_error(node, w - w_hat, means[name])
-        if delta is None:
-            continue
-        dq = bias_dequantize(node)
-        b_hat = dequantized(dq)
-        if b is not None and b.shape == b_hat.shape:
-            delta = delta + (b - b_hat)
-        changed += add_to_bias(node, delta)
+        delta = _weight_error(node, w - dequantized(w_dq), means[name])
+        if delta is not None:
+            changed += fold_into_bias(node, delta, b)
     return changed
+
+
+def fold_into_bias(node: ir.Node, delta: np.ndarray, float_bias: np.ndarray | None) -> bool:
+    """Add a layer's mean output error ``delta`` and its int32 bias's own rounding error (against
+    ``float_bias``, the float model's) to that bias; whether it changed."""
+    b_hat = dequantized(bias_dequantize(node))
+    if float_bias is not None and float_bias.shape == b_hat.shape:
+        delta = delta + (float_bias - b_hat)
+    return add_to_bias(node, delta) is not None
 
 
 def dequantized(dq: ir.Node) -> np.ndarray:
@@ -128,23 +125,21 @@ def _channel_means(out: np.ndarray, axis: int) -> np.ndarray:
     return out.astype(np.float64).mean(axis=other)
 
 
-def add_to_bias(node: ir.Node, delta: np.ndarray, applied: bool = False):
-    """Add ``delta`` (float, per output channel) to ``node``'s int32 bias, rounded to its grid. Returns
-    whether it changed, or with ``applied`` the float change made (None when nothing changed)."""
+def add_to_bias(node: ir.Node, delta: np.ndarray) -> np.ndarray | None:
+    """Add ``delta`` (float, per output channel) to ``node``'s int32 bias, rounded to its grid; the float
+    change made, or None when nothing changed."""
     dq = bias_dequantize(node)
     q = const_array(dq.inputs[0]).astype(np.int64)
     scale = np.broadcast_to(np.asarray(const_array(dq.inputs[1]), np.float64), q.shape)
     if delta.shape != q.shape or not np.all(np.isfinite(delta)):
-        return None if applied else False
+        return None
     new = np.clip(q + np.round(delta / scale), INT32.min, INT32.max).astype(np.int32)
     if np.array_equal(new, q):
-        return None if applied else False
+        return None
     value = dq.inputs[0]
     value.const_value = ir.tensor(new, name=value.name)
-    if applied:
-        step = np.asarray(const_array(dq.inputs[1]), np.float32)
-        return (new.astype(np.float32) * step - q.astype(np.float32) * step).astype(np.float32)
-    return True
+    step = np.asarray(const_array(dq.inputs[1]), np.float32)
+    return (new.astype(np.float32) * step - q.astype(np.float32) * step).astype(np.float32)
 
 
 # --------------------------------------------------------------------------- sequential correction
@@ -166,8 +161,8 @@ class CorrectionRecord:
 
 
 def _new_bias_scale(node: ir.Node) -> np.ndarray | None:
-    """``x_scale * w_scale`` per output channel of a bias-less integer conv (per-tensor input scale from the
-    DequantizeLinear before it, weight scales from its constant weight DequantizeLinear), or None."""
+    """The int32 bias scale (qdq.int32_bias_scale) of a bias-less integer conv: per-tensor input scale from
+    the DequantizeLinear before it, weight scales from its constant weight DequantizeLinear; or None."""
     x_dq = node.inputs[0].producer() if node.inputs[0] is not None else None
     w_dq = node.inputs[1].producer() if len(node.inputs) > 1 and node.inputs[1] is not None else None
     if x_dq is None or w_dq is None or x_dq.op_type != "DequantizeLinear" or w_dq.op_type != "DequantizeLinear":
@@ -175,8 +170,10 @@ def _new_bias_scale(node: ir.Node) -> np.ndarray | None:
     x_scale, w_scale, w_q = const_array(x_dq.inputs[1]), const_array(w_dq.inputs[1]), const_array(w_dq.inputs[0])
     if x_scale is None or w_scale is None or w_q is None or np.size(x_scale) != 1 or w_q.ndim < 3:
         return None
-    scale = (np.float32(np.asarray(x_scale).reshape(())) * np.asarray(w_scale, np.float32).reshape(-1)).astype(np.float32)
-    return np.broadcast_to(scale, (w_q.shape[0],)).copy() if scale.size in (1, w_q.shape[0]) else None
+    channels = (w_q.shape[0],)
+    if np.size(w_scale) not in (1, channels[0]):
+        return None
+    return np.broadcast_to(int32_bias_scale(x_scale, w_scale.reshape(-1), channels), channels).copy()
 
 
 def _with_bias(graph: ir.Graph, node: ir.Node) -> ir.Node | None:
@@ -197,9 +194,9 @@ def _with_bias(graph: ir.Graph, node: ir.Node) -> ir.Node | None:
 
 def correctable_layers(float_model: ir.Model, qdq: ir.Model) -> dict[ir.Node, str]:
     """Convs of ``qdq`` with a constant int32 bias (or none, but integer input and weights), each with the
-    float model's value to compare its output with: the value of the same name (folds keep the name of the value they end in: a Conv -> Mul -> Add
-    folded into the conv ends in the Add's output), or the graph output that the QDQ model renamed to
-    ``{name}_float`` when it quantized it (qdq._insert_qdq)."""
+    float model's value to compare its output with: the value of the same name (folds keep the name of
+    the value they end in: a Conv -> Mul -> Add folded into the conv ends in the Add's output), or the
+    graph output that the QDQ model renamed to ``{name}_float`` when it quantized it (qdq._insert_qdq)."""
     float_values = {v.name for n in float_model.graph for v in n.outputs}
     float_outputs = {v.name for v in float_model.graph.outputs}
     layers = {}
@@ -234,17 +231,20 @@ def stages(layers: list[ir.Node], graph: ir.Graph) -> list[list[ir.Node]]:
 
 
 def _has_subgraphs(graph: ir.Graph) -> bool:
-    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for n in graph for a in n.attributes.values())
+    subgraph = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+    return any(a.type in subgraph for n in graph for a in n.attributes.values())
 
 
 def _mean_over_samples(sess: ort.InferenceSession, names: list[str], samples: list[dict],
-                       squares: dict[str, float]) -> dict[str, np.ndarray]:
-    """Per-channel means (axis 1) of ``names`` over ``samples``; the mean square of each into ``squares``."""
+                       squares: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+    """Per-channel means of ``names`` over ``samples`` (channels on axis 1, the last of a 2-D value); the
+    mean square of each into ``squares`` when given."""
     means: dict[str, np.ndarray] = {}
     for feed in samples:
         for name, y in zip(names, sess.run(names, feed)):
-            means[name] = means.get(name, 0) + _channel_means(y, 1) / len(samples)
-            squares[name] = squares.get(name, 0.0) + float(np.mean(np.square(y, dtype=np.float64))) / len(samples)
+            means[name] = means.get(name, 0) + _channel_means(y, 1 if y.ndim > 2 else y.ndim - 1) / len(samples)
+            if squares is not None:
+                squares[name] = squares.get(name, 0.0) + float(np.mean(np.square(y, dtype=np.float64))) / len(samples)
     return means
 
 
@@ -322,7 +322,7 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
     groups = stages(list(float_name), qdq.graph)
     segments = _Segments(ir.to_proto(qdq), [[n.outputs[0].name for n in g] for g in groups])
     caches: list[dict[str, np.ndarray]] = [{} for _ in samples]
-    records, started = [], time.perf_counter()
+    records, say = [], ProgressLine("bias correction", progress)
     for k, group in enumerate(groups):
         wanted = [n.outputs[0].name for n in group]
         outputs = list(dict.fromkeys(wanted + segments.keep[k]))
@@ -345,7 +345,7 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
             delta = target - got
             if _with_bias(qdq.graph, node) is None:
                 continue
-            applied = add_to_bias(node, delta, applied=True)
+            applied = add_to_bias(node, delta)
             if applied is None:
                 continue
             records.append(CorrectionRecord(node.name, k, float(np.sqrt(np.mean(delta ** 2))),
@@ -353,10 +353,7 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
             for cache in caches:  # the conv's output moves by exactly the bias change
                 if name in cache:
                     y = cache[name]
-                    cache[name] = (y + applied.reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)).astype(y.dtype)
-        if progress:
-            print(f"\rbias correction: stage {k + 1}/{len(groups)}, {time.perf_counter() - started:.1f}s",
-                  end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+                    cache[name] = y + applied.reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)
+        say(f"stage {k + 1}/{len(groups)}")
+    say.end()
     return records

@@ -145,7 +145,8 @@ class QuantConfig:
             raise QnnxError(f"bias_correction must be one of {', '.join(BIAS_CORRECTIONS)} (or True / False), "
                             f"got {self.bias_correction!r}")
         if self.weight_rounding not in WEIGHT_ROUNDINGS:
-            raise QnnxError(f"weight_rounding must be one of {', '.join(WEIGHT_ROUNDINGS)}, got {self.weight_rounding!r}")
+            raise QnnxError(f"weight_rounding must be one of {', '.join(WEIGHT_ROUNDINGS)}, "
+                            f"got {self.weight_rounding!r}")
         if self.calibration not in CALIBRATIONS:
             raise QnnxError(f"unknown calibration {self.calibration!r}; expected one of {', '.join(CALIBRATIONS)}")
         if not 1 <= self.sequential_passes <= 64:
@@ -305,11 +306,10 @@ class QuantReport:
                          + (" ..." if len(self.unfused) > 8 else ""))
         rounded = [r for r in self.rounding if not r.reason]
         if rounded:
-            gains = [r.gain_db for r in rounded]
+            gains, left = [r.gain_db for r in rounded], len(self.rounding) - len(rounded)
             lines.append(f"weights: {len(rounded)} depthwise conv(s) rounded for their output error, weight-induced "
                          f"output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
-                         + (f"; {len(self.rounding) - len(rounded)} left at nearest rounding" if len(rounded) < len(self.rounding)
-                            else ""))
+                         + (f"; {left} left at nearest rounding" if left else ""))
         if self.corrections:
             rel = sorted(c.relative for c in self.corrections)
             stages = max(c.stage for c in self.corrections) + 1

@@ -126,6 +126,13 @@ def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
 BIAS_LIMIT = float(2**30)
 
 
+def int32_bias_scale(x_scale, w_scale, shape) -> np.ndarray:
+    """The scale of an int32 bias that runtimes fuse into an integer conv/gemm: ``x_scale * w_scale`` in
+    float32, broadcast to the bias ``shape`` when per-channel (a scalar when both are per-tensor)."""
+    scale = (np.float32(np.asarray(x_scale).reshape(())) * np.asarray(w_scale, np.float32)).astype(np.float32)
+    return np.broadcast_to(scale, shape).astype(np.float32) if scale.size > 1 else scale
+
+
 def _fit_bias(w_qp: QParams, bias: np.ndarray, x_scale) -> QParams:
     """Raise weight scales where the bias would not fit int32 at ``x_scale * w_scale`` (a near-dead
     channel has a tiny weight scale but may keep a large bias from BatchNorm or a folded affine op;
@@ -247,8 +254,7 @@ class QDQRewriter(AffineRewriter):
         return qp
 
     def bias(self, holder, idx, bias, x, w):
-        bias_scale = (np.float32(x.scale) * np.asarray(w.scale, np.float32)).astype(np.float32)
-        bias_scale = np.broadcast_to(bias_scale, bias.shape).astype(np.float32) if bias_scale.size > 1 else bias_scale
+        bias_scale = int32_bias_scale(x.scale, w.scale, bias.shape)
         q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
         for i in idx:
             _quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
@@ -340,9 +346,7 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
         w_scale = const_array(w.inputs[1]) if w is not None and w.op_type == "DequantizeLinear" else None
         if real is None or w_scale is None:
             return None
-        bias_scale = (np.float32(x_scale) * w_scale.astype(np.float32)).astype(np.float32)
-        if bias_scale.size > 1:
-            bias_scale = np.broadcast_to(bias_scale, real.shape).astype(np.float32)
+        bias_scale = int32_bias_scale(x_scale, w_scale, real.shape)
         if np.any(np.abs(real) / bias_scale.astype(np.float64) > BIAS_LIMIT):
             return None
         out.append((node, 2, numerics.quantize(real.astype(np.float32), bias_scale, 0, axis=0, out_dtype="int32"),

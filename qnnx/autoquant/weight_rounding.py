@@ -22,8 +22,6 @@ and the measurement above found nothing to gain there.
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +29,8 @@ import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
 from qnnx import runtime
-from qnnx.autoquant.bias_correction import add_to_bias, bias_dequantize, dequantized
+from qnnx.autoquant.bias_correction import bias_dequantize, fold_into_bias
+from qnnx.autoquant.progress import ProgressLine
 from qnnx.ir import const_array
 
 DAMPING = 0.01  # of the mean diagonal, added to H before inverting (GPTQ's default)
@@ -84,19 +83,12 @@ def round_depthwise_weights(float_model: ir.Model, qdq: ir.Model, samples: list[
     layers = _depthwise_layers(float_model, qdq, records)
     if not layers or not samples:
         return records
-    started = time.perf_counter()
-
-    def say(what: str) -> None:
-        if progress:
-            print(f"\rweight rounding: {what}, {time.perf_counter() - started:.1f}s", end="", file=sys.stderr,
-                  flush=True)
-
+    say = ProgressLine("weight rounding", progress)
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
     for k, layer in enumerate(layers):
         records.append(_round_layer(layer))
         say(f"layer {k + 1}/{len(layers)}")
-    if progress:
-        print(file=sys.stderr)
+    say.end()
     return records
 
 
@@ -205,15 +197,9 @@ def _round_layer(layer: _Layer) -> RoundingRecord:
     worse = err_chosen > err_nearest
     chosen[worse], err_chosen[worse] = nearest[worse], err_nearest[worse]
     q_value.const_value = ir.tensor(chosen.reshape(q_old.shape).astype(np.int8), name=q_value.name)
-    corrected = False
-    bias_dq = bias_dequantize(node)
-    if bias_dq is not None:
-        # The mean output error left by the weights, and the bias's own rounding.
-        delta = ((w - chosen * scale[:, None]) * mean).sum(axis=1)
-        b_hat = dequantized(bias_dq).reshape(-1)
-        if layer.b is not None and layer.b.shape == b_hat.shape:
-            delta = delta + (layer.b - b_hat)
-        corrected = add_to_bias(node, delta)
+    # The mean output error left by the weights, and the bias's own rounding.
+    corrected = bias_dequantize(node) is not None and fold_into_bias(
+        node, ((w - chosen * scale[:, None]) * mean).sum(axis=1), layer.b)
     return RoundingRecord(node.name, c_out, d, float(err_nearest.mean()), float(err_chosen.mean()), corrected)
 
 
@@ -240,8 +226,7 @@ def polish(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin:
            rounds: int = POLISH_ROUNDS) -> np.ndarray:
     """+-1 grid steps, one column at a time, wherever they lower ``e^T h e`` (``e = q * scale - w``)."""
     q = q.copy()
-    e = q * scale[:, None] - w
-    he = np.einsum("cij,cj->ci", h, e)
+    he = np.einsum("cij,cj->ci", h, q * scale[:, None] - w)  # h e, kept up to date as q moves
     rows = np.arange(len(q))
     for _ in range(rounds):
         moved = False
@@ -253,7 +238,6 @@ def polish(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin:
                 take = gain < -1e-18 * np.maximum(1.0, np.abs(he[:, i]))
                 if take.any():
                     q[take, i] = new[take]
-                    e[take, i] += dq[take]
                     he[take] += dq[take, None] * h[take, :, i]
                     moved = True
         if not moved:

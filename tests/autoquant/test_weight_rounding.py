@@ -75,8 +75,8 @@ def test_patch_moments_give_the_conv_output_error(pads, strides, dilations, max_
     layer = wr._Layer(None, None, None, None, 1, (3, 3), pads, strides, dilations)
     h, s, n = wr._patch_moments(x, layer)
     ev = e.reshape(c, -1).astype(np.float64)
-    np.testing.assert_allclose(np.einsum("ci,cij,cj->c", ev, h, ev) / n, (y.astype(np.float64) ** 2).mean(axis=(0, 2, 3)),
-                               rtol=1e-5)
+    mean_square = (y.astype(np.float64) ** 2).mean(axis=(0, 2, 3))
+    np.testing.assert_allclose(np.einsum("ci,cij,cj->c", ev, h, ev) / n, mean_square, rtol=1e-5)
     np.testing.assert_allclose((s * ev).sum(axis=1) / n, y.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
 
 
