@@ -195,7 +195,8 @@ def quantize(
             "--bias-correction",
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
             "the float model, one topological stage at a time (each stage runs its own graph segment); 'own' "
-            "each Conv/Gemm's own weight/bias rounding error, one pass")] = BiasCorrection(QuantConfig.bias_correction),
+            "each Conv/Gemm's own weight/bias rounding error, one pass; either is undone (and reported) when "
+            "the outputs agree worse with float after it")] = BiasCorrection(QuantConfig.bias_correction),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding",
             help="depthwise conv weights: 'gptq' rounds each channel's taps for the conv's output error on "

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from qnnx.autoquant.channel_padding import PaddingRecord
-from qnnx.autoquant.bias_correction import CorrectionRecord
+from qnnx.autoquant.bias_correction import CorrectionCheck, CorrectionRecord
 from qnnx.autoquant.consumers import RECOGNIZERS as CONSUMER_FUNCTIONS
 from qnnx.autoquant.weight_rounding import RoundingRecord
 from qnnx.errors import QnnxError
@@ -73,7 +73,9 @@ class QuantConfig:
     # PP-OCRv4 rec mean character-accuracy drop (9 sets of 32 lines, 128 evaluation lines) 2.10 points
     # "off", 0.26 "sequential" (2.16 "own" with nearest rounding); YOLOv8n on photos hmean (6 sets)
     # 0.942 "off", 0.938 "sequential" (within the sets' spread); PP-OCRv4 det box hmean 0.994 on 2 sets
-    # (fp32 0.993). Cost: rec quantize ~2 s, det ~8 s. True / False mean "own" / "off".
+    # (fp32 0.993). Cost: rec quantize ~2 s, det ~8 s. True / False mean "own" / "off". Either is undone
+    # when the outputs' distance from float (1 - mean per-channel cosine) grows by >10% with it (bias_correction.CorrectionCheck:
+    # with other calibration choices it ruined YOLOv8n's class scores).
     bias_correction: str = "sequential"
     # Depthwise conv weights (weight_rounding.py): "gptq" rounds each channel's int8 taps for the conv's
     # output error on the calibration inputs (``fallback_samples`` of them; GPTQ error feedback, then +-1
@@ -256,6 +258,7 @@ class OutputAgreement:
     sqnr_db: float
     cosine: float
     samples: int
+    channel_cosine: float = math.nan  # mean of the per-channel (axis 1) cosines (compare.LayerError)
 
 
 # An output this far from the float model's is not a quantized version of it. Measured on PP-OCR rec's
@@ -276,6 +279,7 @@ class QuantReport:
     padding: list[PaddingRecord] = field(default_factory=list)  # filled when the QDQ model is written
     rounding: list[RoundingRecord] = field(default_factory=list)  # depthwise convs, weight_rounding="gptq"
     corrections: list[CorrectionRecord] = field(default_factory=list)  # bias_correction="sequential"
+    correction_check: CorrectionCheck | None = None  # any bias correction: kept, or undone as harmful
     # quantized conv/matmul groups ONNX Runtime's CPU optimizer leaves float (fusion_check.py), of ``fusable``
     unfused: list[str] = field(default_factory=list)
     fusable: int = 0
@@ -310,12 +314,17 @@ class QuantReport:
             lines.append(f"weights: {len(rounded)} depthwise conv(s) rounded for their output error, weight-induced "
                          f"output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
                          + (f"; {left} left at nearest rounding" if left else ""))
+        check = self.correction_check
+        if check is not None and not check.kept:
+            lines.append(f"biases: correction of {check.layers} conv(s) undone: the outputs' mean per-channel cosine "
+                         f"to float fell {check.before:.4f} -> {check.after:.4f} with it")
         if self.corrections:
             rel = sorted(c.relative for c in self.corrections)
             stages = max(c.stage for c in self.corrections) + 1
             lines.append(f"biases: {len(rel)} conv(s) corrected for their mean output shift against float in {stages} "
                          f"sequential stage(s) (median {100 * rel[len(rel) // 2]:.1f}%, max {100 * rel[-1]:.1f}% of "
-                         "the output's rms)")
+                         "the output's rms)" + (f"; outputs' mean per-channel cosine {check.before:.4f} -> "
+                                                f"{check.after:.4f}" if check is not None else ""))
         padded = [p for p in self.padding if p.padded]
         if padded:
             lines.append(f"written for ONNX Runtime: {len(padded)} depthwise conv(s) padded to its fast kernel's "

@@ -32,7 +32,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import runtime
-from qnnx.autoquant.bias_correction import correct_biases, correct_biases_sequentially
+from qnnx.autoquant.bias_correction import CorrectionCheck, correct_biases, correct_biases_sequentially
 from qnnx.autoquant.weight_rounding import round_depthwise_weights
 from qnnx.autoquant.config import HISTOGRAM_METHODS, Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
@@ -610,13 +610,40 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     # Last, with bias correction: every re-realization above starts from nearest rounding and plain biases.
     if config.weight_rounding == "gptq":
         report.rounding = round_depthwise_weights(float_model, qdq, kept, progress=config.progress)
-    if config.bias_correction == "own":
-        correct_biases(float_model, qdq, kept)
-    elif config.bias_correction == "sequential":
-        report.corrections = correct_biases_sequentially(float_model, qdq, kept, progress=config.progress)
-    report.outputs = output_agreement(float_model, qdq, kept)
+    if config.bias_correction == "off":
+        report.outputs = output_agreement(float_model, qdq, kept)
+    else:
+        qdq = _corrected_biases(float_model, qdq, kept, report, config)
     report.unfused, report.fusable = unfused(for_onnx_runtime(qdq)[0])
     return QuantizedModel(qdq, report, frozenset(keep))
+
+
+def _corrected_biases(float_model: ir.Model, qdq: ir.Model, kept: list[dict], report: QuantReport,
+                      config: QuantConfig) -> ir.Model:
+    """``qdq`` with its biases corrected (``config.bias_correction``), or as it was when the correction made
+    the outputs agree worse with float on ``kept`` (bias_correction.CorrectionCheck says why it is checked);
+    fills ``report.outputs``, ``report.corrections`` and ``report.correction_check``."""
+    before = output_agreement(float_model, qdq, kept)
+    original = ir.from_proto(ir.to_proto(qdq)) if before else None  # the correction edits biases in place
+    if config.bias_correction == "own":
+        changed = correct_biases(float_model, qdq, kept)
+    else:
+        report.corrections = correct_biases_sequentially(float_model, qdq, kept, progress=config.progress)
+        changed = len(report.corrections)
+    report.outputs = output_agreement(float_model, qdq, kept)
+    if original is None or not changed or len(report.outputs) != len(before):
+        return qdq  # nothing to compare with (no samples, or a model ONNX Runtime cannot run), or nothing done
+    check = CorrectionCheck(changed, _mean_channel_cosine(before), _mean_channel_cosine(report.outputs))
+    report.correction_check = check
+    if check.kept:
+        return qdq
+    report.corrections, report.outputs = [], before
+    return original
+
+
+def _mean_channel_cosine(outputs: list[OutputAgreement]) -> float:
+    known = [o.channel_cosine for o in outputs if np.isfinite(o.channel_cosine)]
+    return float(np.mean(known)) if known else float("nan")  # nan: not comparable, the correction stays
 
 
 def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) -> list[OutputAgreement]:
@@ -632,7 +659,7 @@ def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) 
     except QnnxError:  # a QDQ model ORT cannot run (16-bit types on an old opset...) is still a valid result
         return []
     order = {v.name: i for i, v in enumerate(float_model.graph.outputs)}
-    return [OutputAgreement(e.name, e.sqnr_db, e.cosine, len(samples))
+    return [OutputAgreement(e.name, e.sqnr_db, e.cosine, len(samples), e.channel_cosine)
             for e in sorted(errors, key=lambda e: order.get(e.name, len(order)))]
 
 

@@ -91,3 +91,32 @@ def test_cli_bench_times_models_and_reports_speedups(tmp_path, capsys):
 def test_cli_bench_missing_file_exits_1(tmp_path, capsys):
     assert main(["bench", str(tmp_path / "nope.onnx")]) == 1
     assert "file not found" in capsys.readouterr().err
+
+
+def test_channel_cosine_is_the_mean_of_each_channels_own():
+    # channel 0 loud and exact, channel 1 quiet and reversed in sign: the whole tensor's cosine is the loud
+    # channel's, the per-channel figure the mean of 1 and -1
+    e = LayerError("t", "Concat", True)
+    ref = np.stack([np.linspace(1, 100, 5)[None], np.linspace(0.01, 0.02, 5)[None]], axis=1)  # (1, 2, 5)
+    got = ref * np.array([1.0, -1.0]).reshape(1, 2, 1)
+    e.add(ref, got)
+    e.add(2 * ref, 2 * got)
+    assert e.cosine == pytest.approx(1.0, abs=1e-6)
+    assert e.channel_cosine == pytest.approx(0.0, abs=1e-12)
+
+
+def test_channel_cosine_skips_silent_channels_and_scores_silenced_ones_zero():
+    e = LayerError("t", "Sigmoid", True)
+    ref = np.zeros((1, 3, 4))
+    ref[:, 0], ref[:, 1] = [1.0, 2.0, 3.0, 4.0], 0.5
+    got = ref.copy()
+    got[:, 1] = 0.0  # channel 1 silenced: cosine 0 (its SQNR, 0 dB, would rank it above a noisy one)
+    e.add(ref, got)  # channel 2 is zero in both: left out
+    assert e.channel_cosine == pytest.approx(0.5)
+
+
+def test_channel_cosine_is_nan_when_channel_counts_differ():
+    e = LayerError("t", "Conv", False)
+    e.add(np.ones((1, 2, 3)), np.ones((1, 2, 3)))
+    e.add(np.ones((1, 3, 3)), np.ones((1, 3, 3)))
+    assert math.isnan(e.channel_cosine) and math.isinf(e.sqnr_db)

@@ -126,6 +126,37 @@ def test_sequential_correction_matches_every_conv_mean_to_float_on_its_samples()
     assert ("3 conv(s) corrected for their mean output shift against float in 3 sequential stage(s)"
             in seq.report.summary())
     assert not off.report.corrections
+    check = seq.report.correction_check  # kept: the output agrees better with float than before
+    assert check.kept and check.layers == 3 and check.after > check.before
+    assert f"outputs' mean per-channel cosine {check.before:.4f} -> {check.after:.4f}" in seq.report.summary()
+
+
+def test_a_correction_that_makes_the_outputs_worse_is_undone(monkeypatch):
+    """The check after the correction (bias_correction.CorrectionCheck): a correction whose outputs agree
+    worse with float than before it is taken back, and the report says so."""
+    import qnnx.autoquant.pipeline as pipeline
+    from qnnx.autoquant.bias_correction import CorrectionRecord, add_to_bias
+
+    def harmful(float_model, qdq, samples, progress=False):  # shifts every conv's output by +2 per channel
+        nodes = [n for n in qdq.graph if n.op_type == "Conv" and bias_dequantize(n) is not None]
+        for n in nodes:
+            add_to_bias(n, np.full(np.asarray(const_array(bias_dequantize(n).inputs[0])).shape, 2.0))
+        return [CorrectionRecord(n.name, 0, 2.0, 1.0) for n in nodes]
+
+    rng = np.random.default_rng(4)
+    model = _chain(rng)
+    calib = _samples(rng, 8)
+    cfg = dict(progress=False, speed_fallback="off", fallback_samples=8, calibration_batch_size=1)
+    off = qnnx.quantize(model, calib, QuantConfig(bias_correction="off", **cfg))
+    monkeypatch.setattr(pipeline, "correct_biases_sequentially", harmful)
+    seq = qnnx.quantize(model, calib, QuantConfig(bias_correction="sequential", **cfg))
+    check = seq.report.correction_check
+    assert not check.kept and check.layers >= 1 and check.after < check.before - 0.01
+    assert seq.report.corrections == [] and seq.report.outputs == off.report.outputs
+    x = calib[0]
+    np.testing.assert_array_equal(run_ort(seq.qdq, {"x": x})[0], run_ort(off.qdq, {"x": x})[0])
+    assert (f"correction of {check.layers} conv(s) undone: the outputs' mean per-channel cosine to float fell "
+            f"{check.before:.4f} -> {check.after:.4f} with it" in seq.report.summary())
 
 
 def test_stages_put_independent_convs_together():
