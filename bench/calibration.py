@@ -8,6 +8,8 @@ a full quantization, each in a fresh child process (so peaks do not mix); qnnx w
 what is compared: ORT's quantizer times nothing and rounds each weight to nearest).
 ORT keeps every intermediate tensor of every sample in memory before building histograms; qnnx
 streams samples into fixed-size histograms, so its peak should not grow with the sample count.
+Besides the whole quantization, the calibration phase alone is timed (bench/phases.py): what the
+samples cost, without either quantizer's fixed costs.
 """
 
 from __future__ import annotations
@@ -36,17 +38,19 @@ def main() -> None:
     args = ap.parse_args()
     task = TASKS[args.task]
     OUT.mkdir(exist_ok=True)
-    rows = ["| samples | method | ORT s | qnnx s | ORT / qnnx time | ORT peak MiB | qnnx peak MiB |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| samples | method | ORT s | qnnx s | ORT / qnnx time | ORT calibration s | qnnx calibration s | "
+            "ORT / qnnx calibration | ORT peak MiB | qnnx peak MiB |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for n in args.samples:
         calib = task.calibration(n)
         for method in args.methods:
             ort_name = {"percentile": "Percentile", "entropy": "Entropy"}[method]
-            ot, om = timed_quantize("_ort_quantize", args.task, calib, str(OUT / "cal.ort.onnx"), False, ort_name,
-                                    args.ort_chunk or n)
-            qt, qm = timed_quantize("_qnnx_quantize", str(task.model_path), calib, str(OUT / "cal.qnnx.onnx"), method,
-                                    "off", CALIBRATION_ONLY)
-            rows.append(f"| {n} | {method} | {ot:.1f} | {qt:.1f} | {ot / qt:.1f}x | {om:.0f} | {qm:.0f} |")
+            ot, om, oc = timed_quantize("_ort_quantize", args.task, calib, str(OUT / "cal.ort.onnx"), False,
+                                        ort_name, args.ort_chunk or n, phases=True)
+            qt, qm, qc = timed_quantize("_qnnx_quantize", str(task.model_path), calib, str(OUT / "cal.qnnx.onnx"),
+                                        method, "off", CALIBRATION_ONLY, phases=True)
+            rows.append(f"| {n} | {method} | {ot:.1f} | {qt:.1f} | {ot / qt:.1f}x | {oc:.1f} | {qc:.1f} | "
+                        f"{oc / qc:.1f}x | {om:.0f} | {qm:.0f} |")
             print(rows[-1], flush=True)
     print("\n".join(rows))
 

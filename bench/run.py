@@ -71,23 +71,28 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _child(fn_name, args, queue):
-    t = time.perf_counter()
+def _child(fn_name, args, queue, phases):
+    from bench.phases import time_calibration
+
+    t = time.perf_counter()  # first: ORT's quantizer is imported in the timed part, as without phases
+    calibration = time_calibration() if phases else None
     globals()[fn_name](*args)
-    queue.put((time.perf_counter() - t, _peak_rss_mib()))
+    queue.put((time.perf_counter() - t, _peak_rss_mib(), calibration() if calibration else None))
 
 
-def timed_quantize(fn_name: str, *args) -> tuple[float, float]:
+def timed_quantize(fn_name: str, *args, phases: bool = False) -> tuple:
     """(wall seconds, peak RSS MiB) of one quantization in a fresh, spawned process (a forked one
-    shares the parent's pages and the classifier's figure moved between 231 and 942 MiB across runs)."""
+    shares the parent's pages and the classifier's figure moved between 231 and 942 MiB across runs);
+    with ``phases``, a third item: the seconds spent calibrating (bench/phases.py)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(fn_name, args, q))
+    p = ctx.Process(target=_child, args=(fn_name, args, q, phases))
     p.start()
     p.join()
     if p.exitcode != 0:
         raise RuntimeError(f"{fn_name} failed (exit {p.exitcode})")
-    return q.get()
+    wall, peak, calibration = q.get()
+    return (wall, peak, calibration) if phases else (wall, peak)
 
 
 def latency(paths: dict[str, str], feeds: dict, threads: int, repeats: int) -> dict[str, float]:
