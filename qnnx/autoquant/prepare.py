@@ -57,7 +57,10 @@ def prepare(model, *, min_opset: int = MIN_OPSET) -> ir.Model:
         except Exception as e:  # the converter raises RuntimeError/ValueError with C++ messages
             raise QnnxError(f"cannot convert opset {opset} to {min_opset}: {str(e).splitlines()[0][:200]}") from None
         m = ir.from_proto(proto)
-    m = onnxscript.optimizer.optimize(m)
+    # One pass of folding and onnxscript's default rewrites, not its default two: the second changed
+    # nothing on PP-OCRv4 rec/det, PP-OCR cls, YOLOv8n or all-MiniLM-L6-v2 (byte-identical models) and
+    # cost 1.0 s on rec (1.51 -> 0.53 s), 0.4 s on cls.
+    m = onnxscript.optimizer.optimize(m, num_iterations=1)
     m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
                                           fuse_batchnorm_into_gemm_rule])
     try:
