@@ -52,10 +52,10 @@ class LayerError:
         self.count += r.size
 
     def _add_channels(self, ref: np.ndarray, got: np.ndarray) -> None:
-        def per_channel(a: np.ndarray) -> np.ndarray:
-            return np.array([a.sum()]) if a.ndim < 2 else a.sum(axis=tuple(i for i in range(a.ndim) if i != 1))
-
-        sums = [per_channel(ref * ref), per_channel(ref * got), per_channel(got * got)]
+        # (before, channel, after) views and einsum: no product temporaries the size of the tensor
+        shape = (1, 1, ref.size) if ref.ndim < 2 else (ref.shape[0], ref.shape[1], int(np.prod(ref.shape[2:])))
+        r, g = ref.reshape(shape), got.reshape(shape)
+        sums = [np.einsum("nck,nck->c", a, b) for a, b in ((r, r), (r, g), (g, g))]
         if self.count == 0:  # the first sample
             self.channel_signal, self.channel_dot, self.channel_got_sq = sums
         elif self.channel_signal is not None and self.channel_signal.shape == sums[0].shape:

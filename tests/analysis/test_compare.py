@@ -120,3 +120,9 @@ def test_channel_cosine_is_nan_when_channel_counts_differ():
     e.add(np.ones((1, 2, 3)), np.ones((1, 2, 3)))
     e.add(np.ones((1, 3, 3)), np.ones((1, 3, 3)))
     assert math.isnan(e.channel_cosine) and math.isinf(e.sqnr_db)
+
+
+def test_channel_cosine_of_empty_outputs_is_nan_not_an_error():
+    e = LayerError("boxes", "NonMaxSuppression", True)  # zero detections: shape (0, 6)
+    e.add(np.zeros((0, 6)), np.zeros((0, 6)))
+    assert math.isnan(e.channel_cosine) and e.count == 0
