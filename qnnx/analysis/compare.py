@@ -41,21 +41,22 @@ class LayerError:
         if ref.shape != got.shape:
             raise QnnxError(f"tensor {self.name!r} has shape {got.shape} in the quantized model, {ref.shape} in "
                             "the float model")
-        r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
-        d = r - g
-        self.signal += float(r @ r)
+        r, g = ref.astype(np.float64), got.astype(np.float64)
+        d = (r - g).ravel()
         self.noise += float(d @ d)
-        self._add_channels(r.reshape(ref.shape), g.reshape(ref.shape))
-        self.dot += float(r @ g)
-        self.got_sq += float(g @ g)
-        self.max_abs = max(self.max_abs, float(np.max(np.abs(d))) if d.size else 0.0)
-        self.count += r.size
-
-    def _add_channels(self, ref: np.ndarray, got: np.ndarray) -> None:
-        # (before, channel, after) views and einsum: no product temporaries the size of the tensor
-        shape = (1, 1, ref.size) if ref.ndim < 2 else (ref.shape[0], ref.shape[1], int(np.prod(ref.shape[2:])))
-        r, g = ref.reshape(shape), got.reshape(shape)
+        # per channel on (before, channel, after) views by einsum (no product temporaries the size of the
+        # tensor); the whole tensor's sums are theirs
+        shape = (1, 1, r.size) if r.ndim < 2 else (r.shape[0], r.shape[1], int(np.prod(r.shape[2:])))
+        r, g = r.reshape(shape), g.reshape(shape)
         sums = [np.einsum("nck,nck->c", a, b) for a, b in ((r, r), (r, g), (g, g))]
+        self.signal += float(sums[0].sum())
+        self.dot += float(sums[1].sum())
+        self.got_sq += float(sums[2].sum())
+        self._add_channels(sums)
+        self.max_abs = max(self.max_abs, float(np.max(np.abs(d))) if d.size else 0.0)
+        self.count += d.size
+
+    def _add_channels(self, sums: list[np.ndarray]) -> None:
         if self.count == 0:  # the first sample
             self.channel_signal, self.channel_dot, self.channel_got_sq = sums
         elif self.channel_signal is not None and self.channel_signal.shape == sums[0].shape:
@@ -106,10 +107,30 @@ def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
     return runtime.session(model, outputs=names)
 
 
+def float_outputs(float_model, data, *, num_samples: int | None = None) -> list[dict[str, np.ndarray]]:
+    """The float model's graph outputs, per sample: the reference for :func:`compare_models` (``reference=``)
+    when several quantized versions are compared on the same few samples, so the float model runs once."""
+    fm = load_model(float_model)
+    names = [v.name for v in fm.graph.outputs]
+    sess = _session(fm, names)
+    return [dict(zip(names, _run(sess, names, feed))) for feed in iter_samples(data, input_specs(fm), num_samples)]
+
+
+def _run(sess: ort.InferenceSession, names: list[str], feed: dict) -> list:
+    try:
+        return sess.run(names, feed)
+    except Exception as e:
+        raise QnnxError(f"ONNX Runtime failed on a sample: {str(e).splitlines()[0][:300]}") from None
+
+
 def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
-                   outputs_only: bool = False) -> list[LayerError]:
+                   outputs_only: bool = False, reference: list[dict[str, np.ndarray]] | None = None
+                   ) -> list[LayerError]:
     """Error statistics per tensor present in both models, worst SQNR first (outputs included;
-    only the float model's graph outputs with ``outputs_only``)."""
+    only the float model's graph outputs with ``outputs_only``). ``reference``: the float model's outputs
+    on ``data`` from :func:`float_outputs` (``outputs_only`` only), instead of running it again."""
+    if reference is not None and not outputs_only:
+        raise ValueError("a reference holds graph outputs only: pass outputs_only=True")
     fm, qm = load_model(float_model), load_model(quant_model)
     from onnx_ir.passes.common import ShapeInferencePass
 
@@ -121,17 +142,12 @@ def compare_models(float_model, quant_model, data, *, num_samples: int | None = 
     common = sorted(n for n in fv if n in qv)
     if not common:
         raise QnnxError("the two models share no tensor names to compare")
-    fs, qs = _session(fm, common), _session(qm, common)
+    fs, qs = None if reference is not None else _session(fm, common), _session(qm, common)
     stats = {n: LayerError(n, *fv[n]) for n in common}
-    seen = 0
-    for feed in iter_samples(data, input_specs(fm), num_samples):
-        try:
-            fr, qr = fs.run(common, feed), qs.run(common, feed)
-        except Exception as e:
-            raise QnnxError(f"ONNX Runtime failed on a sample: {str(e).splitlines()[0][:300]}") from None
-        for n, a, b in zip(common, fr, qr):
+    for k, feed in enumerate(iter_samples(data, input_specs(fm), num_samples)):
+        fr = _run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
+        for n, a, b in zip(common, fr, _run(qs, common, feed)):
             stats[n].add(np.asarray(a), np.asarray(b))
-        seen += 1
     return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))
 
 

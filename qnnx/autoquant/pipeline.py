@@ -623,14 +623,20 @@ def _corrected_biases(float_model: ir.Model, qdq: ir.Model, kept: list[dict], re
     """``qdq`` with its biases corrected (``config.bias_correction``), or as it was when the correction made
     the outputs agree worse with float on ``kept`` (bias_correction.CorrectionCheck says why it is checked);
     fills ``report.outputs``, ``report.corrections`` and ``report.correction_check``."""
-    before = output_agreement(float_model, qdq, kept)
+    from qnnx.analysis.compare import float_outputs  # as in output_agreement
+
+    try:  # the float side of both comparisons, run once
+        reference = float_outputs(float_model, kept) if kept else None
+    except QnnxError:
+        reference = None
+    before = output_agreement(float_model, qdq, kept, reference)
     original = ir.from_proto(ir.to_proto(qdq)) if before else None  # the correction edits biases in place
     if config.bias_correction == "own":
         changed = correct_biases(float_model, qdq, kept)
     else:
         report.corrections = correct_biases_sequentially(float_model, qdq, kept, progress=config.progress)
         changed = len(report.corrections)
-    report.outputs = output_agreement(float_model, qdq, kept)
+    report.outputs = output_agreement(float_model, qdq, kept, reference)
     if original is None or not changed or len(report.outputs) != len(before):
         return qdq  # nothing to compare with (no samples, or a model ONNX Runtime cannot run), or nothing done
     check = CorrectionCheck(changed, _mean_channel_cosine(before), _mean_channel_cosine(report.outputs))
@@ -646,16 +652,18 @@ def _mean_channel_cosine(outputs: list[OutputAgreement]) -> float:
     return float(np.mean(known)) if known else float("nan")  # nan: not comparable, the correction stays
 
 
-def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) -> list[OutputAgreement]:
-    """Each graph output of the QDQ model against the float model's on ``samples``: a quantization that
-    went wrong (a method clipping everything, a tensor crushed by a shared scale) shows here, in the
-    report, instead of only in the user's own evaluation."""
+def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict],
+                     reference: list[dict[str, np.ndarray]] | None = None) -> list[OutputAgreement]:
+    """Each graph output of the QDQ model against the float model's on ``samples`` (or against
+    ``reference``, the float outputs on them, compare.float_outputs): a quantization that went wrong (a
+    method clipping everything, a tensor crushed by a shared scale) shows here, in the report, instead
+    of only in the user's own evaluation."""
     from qnnx.analysis.compare import compare_models
 
     if not samples:
         return []
     try:
-        errors = compare_models(float_model, qdq, samples, outputs_only=True)
+        errors = compare_models(float_model, qdq, samples, outputs_only=True, reference=reference)
     except QnnxError:  # a QDQ model ORT cannot run (16-bit types on an old opset...) is still a valid result
         return []
     order = {v.name: i for i, v in enumerate(float_model.graph.outputs)}

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qnnx
 from qnnx.analysis import compare_models, summarize
-from qnnx.analysis.compare import LayerError
+from qnnx.analysis.compare import LayerError, float_outputs
 from qnnx.cli import main
 
 
@@ -126,3 +126,16 @@ def test_channel_cosine_of_empty_outputs_is_nan_not_an_error():
     e = LayerError("boxes", "NonMaxSuppression", True)  # zero detections: shape (0, 6)
     e.add(np.zeros((0, 6)), np.zeros((0, 6)))
     assert math.isnan(e.channel_cosine) and e.count == 0
+
+
+def test_a_float_reference_gives_the_same_statistics_without_rerunning_the_float_model():
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(4)]
+    reference = float_outputs(_model(1.0), data)
+    assert [sorted(r) for r in reference] == [["y"]] * 4
+    plain = compare_models(_model(1.0), _model(1.1), data, outputs_only=True)
+    cached = compare_models(_model(1.0), _model(1.1), data, outputs_only=True, reference=reference)
+    assert [(e.name, e.signal, e.noise, e.dot, e.channel_cosine) for e in plain] == \
+        [(e.name, e.signal, e.noise, e.dot, e.channel_cosine) for e in cached]
+    with pytest.raises(ValueError, match="outputs_only"):
+        compare_models(_model(1.0), _model(1.1), data, reference=reference)
