@@ -841,14 +841,17 @@ KL_EPS = 1e-4  # counts given to an empty last group of Q (ORT's / MXNet's smoot
 KL_TIE = 1e-12
 
 
-def _kl_group_bounds(n: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates ``i = levels .. n`` and, per candidate, the ``levels + 1`` bin boundaries of its
-    groups (``i // levels`` bins each, the last group up to ``i``): one gather of the prefix sums per
-    quantity, differenced, instead of a gather at each group's start and end."""
-    i = np.arange(levels, n + 1)
-    bounds = (i // levels)[:, None] * np.arange(levels + 1)[None, :]
-    bounds[:, -1] = i
-    return i, bounds
+def _kl_inner_p_log_q(csum: np.ndarray, cnz: np.ndarray, widths: np.ndarray, levels: int) -> np.ndarray:
+    """``sum_j p_j log q_j`` (unnormalised) over the first ``levels - 1`` groups of Q, for each group
+    width in ``widths``: those groups, ``[k*g, (k+1)*g)``, depend only on ``g = i // levels``, so the
+    ~``n / levels`` distinct widths cover every candidate ``i`` (P equals the histogram there; only
+    the last group varies with ``i``). Groups without mass contribute nothing."""
+    bounds = widths[:, None] * np.arange(levels)[None, :]
+    mass = np.diff(csum[bounds], axis=1)
+    nonzero = np.diff(cnz[bounds], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(mass > 0, mass / np.maximum(nonzero, 1), 1.0)
+    return np.einsum("ij,ij->i", mass, np.log(ratio))
 
 
 def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
@@ -867,7 +870,9 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     smoothing is needed. A candidate that keeps no mass at all (``P`` all clipped) is never chosen
     (ORT: ``smooth_distribution`` returns None, divergence inf).
 
-    Evaluated for all candidates at once with prefix sums (no loop over candidates). Returns
+    Evaluated for all candidates at once with prefix sums (no loop over candidates); the groups
+    before the last are shared by every candidate with the same group width, so they are summed once
+    per width (a 2048-bin histogram: 16 widths for 1921 candidates; 7 ms -> well under 1 ms). Returns
     ``len(hist)`` (no clipping) when ``len(hist) <= levels``. The smallest threshold it can pick is
     ``levels`` bins of ``|x|``: resolution comes from the histogram (raise ``bins`` for tensors whose
     outliers are hundreds of times the typical magnitude).
@@ -876,7 +881,8 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     n = h.size
     if n <= levels:
         return n
-    i, bounds = _kl_group_bounds(n, levels)
+    i = np.arange(levels, n + 1)
+    g = i // levels  # bins per group; the last group is [(levels - 1) * g, i)
     zero = np.zeros(1)
     csum = np.concatenate([zero, np.cumsum(h)])
     cnz = np.concatenate([zero, np.cumsum(h > 0)])
@@ -884,21 +890,19 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
     total = csum[n]
     clipped = total - csum[i]
     last = h[i - 1]
-    group = np.diff(csum[bounds], axis=1)  # Q's mass per group
-    nonzero = np.diff(cnz[bounds], axis=1)  # bins where P is nonzero, per group
-    nonzero[:, -1] += (last == 0) & (clipped > 0)
-    p_group = group.copy()
-    p_group[:, -1] += clipped  # P's mass per group
-    empty_last = (group[:, -1] == 0) & (clipped > 0)  # then nonzero[:, -1] == 1: only bin i-1
-    group[:, -1] = np.where(empty_last, KL_EPS, group[:, -1])
+    widths, which = np.unique(g, return_inverse=True)
+    inner = _kl_inner_p_log_q(csum, cnz, widths, levels)[which]
+    start = (levels - 1) * g
+    q_last = csum[i] - csum[start]  # Q's mass in the last group
+    nz_last = cnz[i] - cnz[start] + ((last == 0) & (clipped > 0))  # bins where P is nonzero there
+    p_last = q_last + clipped  # P's mass in the last group
+    empty_last = (q_last == 0) & (clipped > 0)  # then nz_last == 1: only bin i-1
+    q_last = np.where(empty_last, KL_EPS, q_last)
     q_total = csum[i] + np.where(empty_last, KL_EPS, 0.0)
     p_log_p = chl[i] - _xlogx(last) + _xlogx(last + clipped)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # sum_j p_j log q_j, with q_j = group / nonzero inside a group (unnormalised). Groups P has no
-        # mass in contribute nothing: their ratio is set to 1 (log 0) so one log over the matrix suffices.
-        ratio = group / np.maximum(nonzero, 1)
-        ratio[p_group <= 0] = 1.0
-        p_log_q = np.einsum("ij,ij->i", p_group, np.log(ratio))
+        # sum_j p_j log q_j, with q_j = group mass / nonzero bins inside a group (unnormalised)
+        p_log_q = inner + np.where(p_last > 0, p_last * np.log(q_last / np.maximum(nz_last, 1)), 0.0)
         # KL = sum P log P - sum P log Q with P = p / total, Q = q / sum(q)
         kl = (p_log_p - p_log_q) / total - np.log(total) + np.log(q_total)
     kl = np.where(np.isfinite(kl) & (csum[i] > 0), kl, np.inf)
