@@ -211,6 +211,11 @@ def quantize(
             help="with --method mse, judge an activation read only by this function (silu, sigmoid, hardswish) "
             "by the error of the function's output (repeatable; replaces the default silu and sigmoid; none: "
             "judge every activation by its own error)")] = None,
+        silu_lobe: Annotated[float, typer.Option(
+            "--silu-lobe", metavar="FRACTION",
+            help="with --method mse: a SiLU output whose negative side is narrower than this fraction of its "
+            "positive one keeps that side whole (SiLU's dense minimum lobe is not clipped to 0); 0: off"
+        )] = QuantConfig.silu_lobe,
         speed_fallback: Annotated[SpeedFallback, typer.Option(
             "--speed-fallback", help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds "
             "of layers float where int8 is measured slower, or the whole model when int8 is not faster: auto = "
@@ -273,7 +278,7 @@ def quantize(
                          bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
                          progress=not quiet,
                          consumer_functions=_consumer_functions(consumer_function),
-                         consumer_weighting=consumer_weighting)
+                         consumer_weighting=consumer_weighting, silu_lobe=silu_lobe)
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)

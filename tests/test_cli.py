@@ -258,6 +258,20 @@ def test_quantize_consumer_weighting_option(quantize_case, capsys, monkeypatch, 
     assert _config_field_seen(quantize_case, monkeypatch, argv, "consumer_weighting") == [want]
 
 
+@pytest.mark.parametrize("argv, want", [([], 0.01), (["--silu-lobe", "0"], 0.0), (["--silu-lobe", "0.05"], 0.05)])
+def test_quantize_silu_lobe_option(quantize_case, capsys, monkeypatch, argv, want):
+    assert _config_field_seen(quantize_case, monkeypatch, argv, "silu_lobe") == [want]
+
+
+def test_quantize_bad_silu_lobe_is_one_line(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q", "--silu-lobe", "1.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "silu_lobe must be in [0, 1), got 1.5" in err
+    assert not out.exists()
+
+
 def test_quantize_unknown_consumer_function_is_one_line(quantize_case, capsys):
     src, calib = quantize_case
     out = src.parent / "q.onnx"

@@ -12,6 +12,9 @@ Recognizers, one narrow contract each (:data:`RECOGNIZERS`): ``(value, readers) 
 
 An activation read only by convolutions is judged at their outputs instead: :func:`reader_weight_norms`
 weighs each channel's rounding error by the weights that read it (``QuantConfig.consumer_weighting``).
+
+The producing side has one question: :func:`silu_output`, whether an activation holds SiLU outputs
+only (the "mse" observer's ``negative_lobe``, ``QuantConfig.silu_lobe``).
 """
 
 from __future__ import annotations
@@ -113,7 +116,32 @@ def consumer_function(value: ir.Value, names=tuple(RECOGNIZERS)) -> str:
     return "identity"
 
 
-__all__ = ["RECOGNIZERS", "consumer_function"]
+# Ops whose output values are some of their first input's values (Concat: of every input's), so a
+# SiLU output passed through them still has SiLU's value distribution, lobe included.
+_SELECTING = frozenset({"Split", "Slice", "Gather", "MaxPool", "Concat", "Reshape", "Transpose", "Flatten",
+                        "Squeeze", "Unsqueeze", "Identity", "Resize", "DepthToSpace", "SpaceToDepth"})
+
+
+def silu_output(value: ir.Value, _depth: int = 0) -> bool:
+    """``value`` is a SiLU's output (``Mul(x, Sigmoid(x))``, either operand order) or
+    selected from SiLU outputs only by the ops of ``_SELECTING`` (MaxPool, Split, Concat...)."""
+    node = value.producer()
+    if node is None or _depth > 32:
+        return False
+    if node.op_type == "Mul" and len(node.inputs) == 2:
+        a, b = node.inputs
+        for x, gate in ((a, b), (b, a)):
+            sig = gate.producer() if gate is not None else None
+            if x is not None and sig is not None and sig.op_type == "Sigmoid" and sig.inputs[0] is x:
+                return True
+        return False
+    if node.op_type not in _SELECTING:
+        return False
+    data = [v for v in node.inputs if v is not None] if node.op_type == "Concat" else node.inputs[:1]
+    return bool(data) and all(v is not None and silu_output(v, _depth + 1) for v in data)
+
+
+__all__ = ["RECOGNIZERS", "consumer_function", "silu_output"]
 
 
 def reader_weight_norms(value: ir.Value) -> tuple[float, ...] | None:

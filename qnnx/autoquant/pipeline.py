@@ -39,7 +39,7 @@ from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
-from qnnx.autoquant.consumers import consumer_function, reader_weight_norms
+from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
 from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.qdq import for_onnx_runtime, realize_qdq
@@ -328,10 +328,14 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
     if observers is None:
         shared = {r for v, r in the_plan.groups.items() if v is not r}
         weighting = config.consumer_weighting and config.method in HISTOGRAM_METHODS
-        observers = {r: make_observer(obs_cfg if r in shared else
-                                      replace(obs_cfg, consumer=consumer_function(r, config.consumer_functions),
-                                              channel_weights=reader_weight_norms(r) if weighting else None))
-                     for r in roots}
+
+        def root_config(r: ir.Value) -> ObserverConfig:
+            cfg = obs_cfg if r in shared else replace(
+                obs_cfg, consumer=consumer_function(r, config.consumer_functions),
+                channel_weights=reader_weight_norms(r) if weighting else None)
+            return replace(cfg, negative_lobe=config.silu_lobe) if config.silu_lobe and silu_output(r) else cfg
+
+        observers = {r: make_observer(root_config(r)) for r in roots}
     if isinstance(model, Simulated):
         sess, extra = model.session, qparam_feed(model.inputs, qparams or {})
         names = [model.inputs[v.name].observed for v, _ in fetch]

@@ -12,7 +12,7 @@ from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.consumers import consumer_function, reader_weight_norms
+from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
 from qnnx.ir import load_model
 
 RNG = np.random.default_rng(17)
@@ -229,3 +229,58 @@ def test_consumer_weighting_lets_a_channel_no_weight_reads_go_unrepresented():
 def test_consumer_weighting_is_validated():
     with pytest.raises(qnnx.QnnxError, match="consumer_weighting must be True or False"):
         QuantConfig(consumer_weighting="yes")
+
+
+# --------------------------------------------------------------------------- SiLU outputs
+
+
+def _silu_graph():
+    g = Graph()
+    a = g.input("a", [1, 4, 8, 8])
+    x = g.node("Relu", [a], name="pre", out="x")
+    y = _silu(g, x)
+    g.node("MaxPool", [y], name="pool", out="p", kernel_shape=[2, 2])
+    g.node("Concat", [y, y], name="cat", out="cat", axis=1)
+    g.node("Concat", [y, x], name="mixed", out="mixed", axis=1)
+    s = g.node("Sigmoid", [a], name="other_sig")
+    g.node("Mul", [x, s], name="gated", out="gated")  # x times the sigmoid of another value: not SiLU
+    return g.model("p", "cat", "mixed", "gated")
+
+
+@pytest.mark.parametrize("name, want", [("y", True), ("p", True), ("cat", True), ("mixed", False),
+                                        ("gated", False), ("x", False)])
+def test_silu_output_follows_selecting_ops_only(name, want):
+    assert silu_output(_value(_silu_graph(), name)) is want
+
+
+def _conv_silu_outliers(rng):
+    """conv -> SiLU whose output has a few values near 100 (channel 0 at a handful of positions) and a
+    dense negative lobe: the plain mse range's step is wider than the lobe and clips it to 0."""
+    g = Graph()
+    x = g.input("x", [1, 2, 8, 8])
+    c = g.node("Conv", [x, g.const(conv_weight(rng, 4, 2, k=1, std=1.0))], name="conv", out="c")
+    y = _silu(g, c)
+    g.node("Conv", [y, g.const(conv_weight(rng, 2, 4, k=1))], name="reader", out="z")
+    calib = []
+    for _ in range(8):
+        a = rng.standard_normal((1, 2, 8, 8)).astype(np.float32)
+        a[0, :, rng.integers(0, 8), rng.integers(0, 8)] = 80.0  # a rare loud pixel
+        calib.append(a)
+    return g.model("z"), calib
+
+
+def test_silu_lobe_keeps_the_negative_side_of_a_silu_output():
+    model, calib = _conv_silu_outliers(np.random.default_rng(5))
+    lows = {}
+    for lobe in (0.0, 0.01):
+        cfg = QuantConfig(progress=False, speed_fallback="off", bias_correction="off", silu_lobe=lobe)
+        scale, zp = qparams_of(qdq_of(qnnx.quantize(model, calib, cfg).qdq, "y")[0])
+        lows[lobe] = -float(zp) * float(scale)
+    assert lows[0.0] == 0.0  # plain mse: SiLU's lobe (down to -0.278) clipped to 0
+    assert lows[0.01] < -0.2  # kept: the lowest level reaches the lobe
+
+
+@pytest.mark.parametrize("value", [-0.1, 1, "0.01"])
+def test_silu_lobe_is_validated(value):
+    with pytest.raises(qnnx.QnnxError, match=re.escape("silu_lobe must be in [0, 1)")):
+        QuantConfig(silu_lobe=value)

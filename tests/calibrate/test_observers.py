@@ -944,3 +944,35 @@ def test_channel_weights_for_another_channel_count_is_one_clear_error():
 def test_channel_weights_config_is_validated(kw, message):
     with pytest.raises(QnnxError, match=re.escape(message)):
         ObserverConfig(**{"method": "mse", **kw})
+
+
+# --------------------------------------------------------------------------- mse: a narrow negative lobe
+
+
+@pytest.fixture(scope="module")
+def silu_like():
+    """SiLU of a wide bulk: 40% of the values in SiLU's lobe [-0.278, 0), a tail to ~100."""
+    rng = np.random.default_rng(8)
+    x = np.concatenate([rng.normal(0, 4, 200_000), rng.uniform(20, 100, 200)])
+    return (x / (1 + np.exp(-x))).astype(np.float32)
+
+
+def test_mse_negative_lobe_keeps_the_low_side_whole(silu_like):
+    plain = [float(v) for v in feed(obs("mse"), [silu_like]).compute_range()]
+    lo, hi = (float(v) for v in feed(obs("mse", negative_lobe=0.01), [silu_like]).compute_range())
+    assert plain[0] > -0.25  # mse clips part of the lobe
+    assert lo == pytest.approx(float(silu_like.min()))  # kept: starts at the data's minimum
+    assert hi == pytest.approx(plain[1], rel=0.05)  # the high side is still chosen by mse
+
+
+def test_mse_negative_lobe_leaves_a_wide_negative_side_to_mse(silu_like):
+    x = np.concatenate([silu_like, -np.float32([5.0])])  # -min is 5% of max: beyond a 1% lobe
+    a = feed(obs("mse"), [x]).compute_qparams()
+    b = feed(obs("mse", negative_lobe=0.01), [x]).compute_qparams()
+    assert a == b
+
+
+@pytest.mark.parametrize("value", [-0.01, 1.0, None])
+def test_negative_lobe_is_validated(value):
+    with pytest.raises(QnnxError, match=re.escape("negative_lobe must be in [0, 1)")):
+        ObserverConfig(method="mse", negative_lobe=value)
