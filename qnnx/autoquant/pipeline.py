@@ -39,6 +39,7 @@ from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
+from qnnx.analysis.compare import LayerError
 from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
 from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
@@ -437,15 +438,6 @@ def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) 
 # --------------------------------------------------------------------------- fallback
 
 
-def _sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    ref = ref.astype(np.float64)
-    noise = float(np.sum((ref - got.astype(np.float64)) ** 2))
-    signal = float(np.sum(ref ** 2))
-    if noise == 0:
-        return float("inf")
-    return 10 * np.log10(max(signal, 1e-30) / noise)
-
-
 def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[PatternMatch], calibration,
                  config: QuantConfig) -> dict[int, float]:
     """Output SQNR of each pattern, quantized model vs float model, on ``calibration`` (a list of the
@@ -454,17 +446,14 @@ def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[Patte
     f_vals = [v for v in (_find_value(float_model, n) for n in outs) if v is not None]
     q_vals = [v for v in (_find_value(qdq_model, n) for n in outs) if v is not None]
     fs, qs = _session_with_outputs(float_model, f_vals), _session_with_outputs(qdq_model, q_vals)
-    acc: dict[str, list[float]] = {n: [0.0, 0.0] for n in outs}
+    errors = {n: LayerError(n, "", False) for n in outs}  # the SQNR of `qnnx compare`, not a second definition
     for feed in calibration:
         fr = dict(zip([v.name for v in f_vals], _run(fs, [v.name for v in f_vals], feed)))
         qr = dict(zip([v.name for v in q_vals], _run(qs, [v.name for v in q_vals], feed)))
         for n in outs:
             if n in fr and n in qr:
-                ref, got = fr[n].astype(np.float64), qr[n].astype(np.float64)
-                acc[n][0] += float(np.sum(ref ** 2))
-                acc[n][1] += float(np.sum((ref - got) ** 2))
-    return {i: (float("inf") if acc[n][1] == 0 else 10 * np.log10(max(acc[n][0], 1e-30) / acc[n][1]))
-            for i, n in enumerate(outs)}
+                errors[n].add(np.asarray(fr[n]), np.asarray(qr[n]))
+    return {i: errors[n].sqnr_db for i, n in enumerate(outs)}
 
 
 def _find_value(model: ir.Model, name: str) -> ir.Value | None:
