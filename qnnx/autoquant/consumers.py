@@ -116,8 +116,9 @@ def consumer_function(value: ir.Value, names=tuple(RECOGNIZERS)) -> str:
     return "identity"
 
 
-# Ops whose output values are some of their first input's values (Concat: of every input's), so a
-# SiLU output passed through them still has SiLU's value distribution, lobe included.
+# Ops whose outputs stay within the range of their first input's values (Concat: of every input's;
+# most select values, Resize may interpolate between them), so a SiLU output passed through them keeps
+# SiLU's negative lobe.
 _SELECTING = frozenset({"Split", "Slice", "Gather", "MaxPool", "Concat", "Reshape", "Transpose", "Flatten",
                         "Squeeze", "Unsqueeze", "Identity", "Resize", "DepthToSpace", "SpaceToDepth"})
 

@@ -39,7 +39,7 @@ from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
-from qnnx.analysis.compare import LayerError
+from qnnx.analysis.compare import LayerError, compare_models, float_outputs
 from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
 from qnnx.autoquant.prepare import folded_into, prepare
 from qnnx.autoquant.smoothing import smooth
@@ -616,8 +616,6 @@ def _corrected_biases(float_model: ir.Model, qdq: ir.Model, kept: list[dict], re
     """``qdq`` with its biases corrected (``config.bias_correction``), or as it was when the correction made
     the outputs agree worse with float on ``kept`` (bias_correction.CorrectionCheck says why it is checked);
     fills ``report.outputs``, ``report.corrections`` and ``report.correction_check``."""
-    from qnnx.analysis.compare import float_outputs  # as in output_agreement
-
     try:  # the float side of both comparisons, run once
         reference = float_outputs(float_model, kept) if kept else None
     except QnnxError:
@@ -651,8 +649,6 @@ def output_agreement(float_model: ir.Model, qdq: ir.Model, samples: list[dict],
     ``reference``, the float outputs on them, compare.float_outputs): a quantization that went wrong (a
     method clipping everything, a tensor crushed by a shared scale) shows here, in the report, instead
     of only in the user's own evaluation."""
-    from qnnx.analysis.compare import compare_models
-
     if not samples:
         return []
     try:
