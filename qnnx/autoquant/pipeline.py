@@ -63,6 +63,13 @@ class Plan:
     groups: dict[ir.Value, ir.Value]  # activation value -> the root value whose qparams it shares
     decisions: list[Decision] = field(default_factory=list)
 
+    def observed_roots(self) -> set[ir.Value]:
+        """The roots calibration observes: a root whose qparams follow from the plan alone (a fixed
+        range, an output scaled from its input) is one too when a pattern reads it as an input, but an
+        observer there would be overridden (:func:`activation_qparams`). PP-OCR cls: the hard-swish
+        ``/ 6`` outputs and the HardSigmoid gates, 27 of 162 roots."""
+        return set(self.groups.values()) - _known_outputs(self.matches)
+
 
 def _shares_qparams(node: ir.Node) -> bool:
     """``node``'s output holds only values of its first input: nearest-neighbour Resize counts too
@@ -158,13 +165,17 @@ def _from_excluded(v: ir.Value, excluded_nodes: set[str], config: QuantConfig) -
     return p is not None and (p.name in excluded_nodes or p.op_type in config.exclude_op_types)
 
 
+def _known_outputs(matches: list[PatternMatch]) -> set[ir.Value]:
+    """Outputs whose qparams are known without observation (softmax's [0, 1], a scaled input's)."""
+    return {t.value for m in matches for t in m.outputs if t.fixed_range is not None or t.scaled_from is not None}
+
+
 def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
     """Map each quantized activation to the value whose qparams it reuses (itself, or the source of
     a data-movement chain that is itself quantized)."""
     targets = {t.value for m in matches for t in (*m.inputs, *m.outputs) if t.role == "activation"
                and t.fixed_range is None and t.scaled_from is None}
-    # Outputs whose qparams are known without observation (softmax's [0, 1], a scaled input's).
-    fixed = {t.value for m in matches for t in m.outputs if t.fixed_range is not None or t.scaled_from is not None}
+    fixed = _known_outputs(matches)
     groups = {}
     for v in targets:
         root, cur = v, v
@@ -319,7 +330,7 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
     # One observer per group, fed by the root and by members whose values are distributed differently
     # (MaxPool keeps the large values, Slice/Gather a part): a percentile of the root alone would clip
     # them. Members reached only through permutations (Reshape, Transpose...) add nothing and are skipped.
-    wanted = set(the_plan.groups.values()) if roots is None else roots
+    wanted = the_plan.observed_roots() if roots is None else roots
     roots = sorted(wanted, key=lambda v: v.name)
     fetch = [(r, r) for r in roots] + [(v, r) for v, r in sorted(the_plan.groups.items(), key=lambda i: i[0].name)
                                        if r in wanted and v is not r and not _permutation_of(v, r)]
@@ -389,7 +400,7 @@ def calibrate_sequential(float_model: ir.Model, the_plan: Plan, calibration,
     started = time.perf_counter()
     sim = simulated(float_model, the_plan, config)
     position = {v: i for i, node in enumerate(float_model.graph) for v in node.outputs}
-    roots = sorted(set(the_plan.groups.values()), key=lambda v: (position.get(v, -1), v.name))
+    roots = sorted(the_plan.observed_roots(), key=lambda v: (position.get(v, -1), v.name))
     stages = [list(s) for s in np.array_split(np.arange(len(roots)), min(config.sequential_passes, len(roots)))]
     known: dict = {}
     n, kept = 0, []

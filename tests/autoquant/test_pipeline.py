@@ -575,6 +575,35 @@ def test_softmax_output_range_is_fixed_to_zero_one_whatever_the_calibration(dtyp
         assert {d.node: d.pattern for d in qm.report.decisions} == {"conv": "conv", "sm": "softmax"}
 
 
+@pytest.mark.parametrize("calibration", ["float", "sequential"])
+def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibration, monkeypatch):
+    # conv -> Div(6) -> conv and conv -> HardSigmoid -> Mul: the Div output (the input's scale / 6) and
+    # the gate ([0, 1]) are read by patterns, so they are their own share roots; observing them was
+    # wasted work (their qparams come from the plan), and they must still get those qparams.
+    from qnnx.calibrate import observers
+
+    g = Graph()
+    x = g.input("x", [1, 3, 6, 6])
+    a = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3, k=1), "w1")], name="conv1", out="a")
+    d = g.node("Div", [a, g.const(np.array(6.0, np.float32))], name="div", out="d")
+    b = g.node("Conv", [d, g.const(conv_weight(RNG, 4, 4, k=1), "w2")], name="conv2", out="b")
+    gate = g.node("HardSigmoid", [b], name="gate", out="gate")
+    g.node("Mul", [b, gate], name="mul", out="y")
+    activation_observers = set()  # (weights are observed too, by their own minmax observers)
+    real = observers.Observer.observe
+    monkeypatch.setattr(observers.Observer, "observe",
+                        lambda self, v: (v.shape[-2:] == (6, 6) and activation_observers.add(id(self))) or real(self, v))
+    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), calibration=calibration, sequential_passes=2,
+                   speed_fallback="off")
+    assert len(activation_observers) == 4  # x, a, b and y; neither d nor the gate
+    # the Div is a rescaled DequantizeLinear of a's integers (ScalePattern)
+    conv2_input = nodes_by_name(qm.qdq)["conv2"].inputs[0].producer()
+    (a_scale, a_zp), (d_scale, d_zp) = qparams_of(qdq_of(qm.qdq, "a")[0]), qparams_of(conv2_input)
+    assert float(d_scale) == pytest.approx(float(a_scale) / 6, rel=1e-6) and int(d_zp) == int(a_zp)
+    g_scale, g_zp = qparams_of(qdq_of(qm.qdq, "gate")[0])
+    assert int(g_zp) == 0 and float(g_scale) == pytest.approx(1 / 255, rel=1e-6)
+
+
 def test_nan_in_calibration_data_names_the_input(main_float):
     bad = samples(1)[0]
     bad[0, 1, 2, 3] = np.nan
