@@ -67,7 +67,7 @@ class Plan:
         """The roots calibration observes: a root whose qparams follow from the plan alone (a fixed
         range, an output scaled from its input) is one too when a pattern reads it as an input, but an
         observer there would be overridden (:func:`activation_qparams`). PP-OCR cls: the hard-swish
-        ``/ 6`` outputs and the HardSigmoid gates, 27 of 162 roots."""
+        ``/ 6`` outputs and the HardSigmoid gates, 27 of 144 roots."""
         return set(self.groups.values()) - _known_outputs(self.matches)
 
 
