@@ -589,10 +589,11 @@ def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibration,
     b = g.node("Conv", [d, g.const(conv_weight(RNG, 4, 4, k=1), "w2")], name="conv2", out="b")
     gate = g.node("HardSigmoid", [b], name="gate", out="gate")
     g.node("Mul", [b, gate], name="mul", out="y")
-    activation_observers = set()  # (weights are observed too, by their own minmax observers)
+    # (weights are observed too, by their own minmax observers; holding each observer keeps its id unique)
+    activation_observers = {}
     real = observers.Observer.observe
-    monkeypatch.setattr(observers.Observer, "observe",
-                        lambda self, v: (v.shape[-2:] == (6, 6) and activation_observers.add(id(self))) or real(self, v))
+    monkeypatch.setattr(observers.Observer, "observe", lambda self, v: (
+        v.shape[-2:] == (6, 6) and activation_observers.setdefault(id(self), self)) or real(self, v))
     qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), calibration=calibration, sequential_passes=2,
                    speed_fallback="off")
     assert len(activation_observers) == 4  # x, a, b and y; neither d nor the gate
