@@ -592,8 +592,13 @@ def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibration,
     # (weights are observed too, by their own minmax observers; holding each observer keeps its id unique)
     activation_observers = {}
     real = observers.Observer.observe
-    monkeypatch.setattr(observers.Observer, "observe", lambda self, v: (
-        v.shape[-2:] == (6, 6) and activation_observers.setdefault(id(self), self)) or real(self, v))
+
+    def observe(self, v):
+        if v.shape[-2:] == (6, 6):
+            activation_observers[id(self)] = self
+        real(self, v)
+
+    monkeypatch.setattr(observers.Observer, "observe", observe)
     qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), calibration=calibration, sequential_passes=2,
                    speed_fallback="off")
     assert len(activation_observers) == 4  # x, a, b and y; neither d nor the gate
