@@ -15,6 +15,7 @@ from onnx import numpy_helper
 import qnnx
 from qnnx import QnnxError, QuantConfig
 from qnnx.autoquant.prepare import prepare
+from qnnx.ir import const_array
 
 RNG = np.random.default_rng(11)
 
@@ -364,3 +365,50 @@ def test_fused_layer_norm_input_stays_float_when_quantized():
     assert d["head"].quantized
     quantized_inputs = {n.inputs[0].name for n in q.qdq.graph if n.op_type == "QuantizeLinear"}
     assert not any("var" in v or "eps" in v for v in quantized_inputs)
+
+
+def _hard_swish_model(opset=14, name="hs", output=False):
+    g = Graph(opset=opset)
+    x = g.input("x", [1, 4, 8, 8])
+    c1 = g.node("Conv", [x, g.const(conv_weight(RNG, 8, 4), "w1")], name="conv1", pads=[1, 1, 1, 1])
+    if output:
+        g.node("HardSwish", [c1], name=name, out="y")
+    else:
+        hs = g.node("HardSwish", [c1], name=name, out="hs_out")
+        g.node("Conv", [hs, g.const(conv_weight(RNG, 4, 8), "w2")], name="conv2", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
+@pytest.mark.parametrize("opset,output", [(14, False), (17, False), (14, True)])
+def test_hard_swish_is_spelled_out_as_onnx_runtime_runs_it_in_integers(opset, output):
+    model = _hard_swish_model(opset, output=output)
+    p = prepare(model)
+    ops = _ops(p)
+    assert "HardSwish" not in ops and ops[1:5] == ["Add", "Clip", "Mul", "Div"]
+    assert p.graph.outputs[0].name == "y"  # a graph output keeps its name
+    div = p.graph.node(4)
+    assert div.name == "hs" and const_array(div.inputs[1]) == 6.0  # the user's node name follows the output
+    add, clip = p.graph.node(1), p.graph.node(2)
+    assert const_array(add.inputs[1]) == 3.0 and [float(const_array(v)) for v in clip.inputs[1:]] == [0.0, 6.0]
+    feeds = {"x": (RNG.normal(size=(1, 4, 8, 8)) * 3).astype(np.float32)}  # both knees and both flat parts
+    _assert_same_outputs(model, p, feeds)  # float ulps apart: x * (x + 3) / 6 against x * (x / 6 + 0.5)
+
+
+@pytest.mark.parametrize("excluded", [frozenset({"hs"}), frozenset({"HardSwish"})])
+def test_an_excluded_hard_swish_stays_whole(excluded):
+    p = prepare(_hard_swish_model(), excluded=excluded)
+    assert _ops(p) == ["Conv", "HardSwish", "Conv"]
+
+
+def test_spelled_out_hard_swish_quantizes_as_integer_add_and_mul():
+    # the Add and Mul are quantized patterns, the / 6 a rescaled DequantizeLinear: no float op is left
+    # between the convs; excluding the HardSwish keeps it float and whole
+    calib = [RNG.normal(size=(1, 4, 8, 8)).astype(np.float32) for _ in range(4)]
+    q = qnnx.quantize(_hard_swish_model(), calib, QuantConfig(progress=False, speed_fallback="off"))
+    patterns = {d.node: d.pattern for d in q.report.decisions if d.quantized}
+    assert "Div" not in [n.op_type for n in q.qdq.graph]
+    assert patterns["hs"] == "scale" and sorted(patterns.values()).count("binary") == 2
+    kept = qnnx.quantize(_hard_swish_model(), calib, QuantConfig(progress=False, speed_fallback="off",
+                                                                  exclude_nodes=("hs",)))
+    assert [d for d in kept.report.decisions if d.node == "hs"][0].reason == "excluded by the user"
+    assert "HardSwish" in [n.op_type for n in kept.qdq.graph]
