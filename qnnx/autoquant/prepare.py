@@ -382,7 +382,8 @@ def spell_out_hard_swish(graph: ir.Graph, keep: frozenset[str] = frozenset()) ->
     QuantizeLinear it runs in float. Spelled out, the Add runs as QLinearAdd (the Clip taken into its
     QuantizeLinear's range), the Mul as QLinearMul and the ``/ 6`` as a rescaled DequantizeLinear
     (patterns.ScalePattern). Measured on PP-OCRv4 rec with its hard-swishes as single HardSwish ops
-    (torch's export from opset 14 on), int8 against fp32, one thread: 1.82x -> 2.36x. Returns #rewritten."""
+    (torch's export from opset 14 on), int8 against fp32, one thread, side by side: 1.74x -> 2.36x.
+    Returns #rewritten."""
     rewritten = 0
     for node in list(graph):
         if node.op_type != "HardSwish" or node.domain not in ("", "ai.onnx") or node.name in keep:
