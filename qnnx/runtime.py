@@ -1,6 +1,6 @@
 """ONNX Runtime sessions, made one way: CPU provider, quiet logs, chosen thread count and graph
 optimization level, optionally extra outputs (intermediate values to fetch) and ORT's profiler.
-A model ORT refuses becomes a one-line :class:`QnnxError`."""
+A model ORT refuses, or a run that fails, becomes a one-line :class:`QnnxError`."""
 
 from __future__ import annotations
 
@@ -55,3 +55,12 @@ def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threa
     except Exception as e:  # ORT's own exception types (e.g. a custom-domain op it has no kernel for)
         raise QnnxError(f"ONNX Runtime cannot load the model{purpose}: {str(e).splitlines()[0][:300]}",
                         where=where) from None
+
+
+def run(sess: ort.InferenceSession, names, feed: dict) -> list:
+    """``sess.run(names, feed)``; ORT's own exception types (multi-line messages: a feed of the wrong
+    shape or type, a kernel failing on the data) become a one-line :class:`QnnxError`."""
+    try:
+        return sess.run(names, feed)
+    except Exception as e:
+        raise QnnxError(f"ONNX Runtime failed on a sample: {str(e).splitlines()[0][:300]}") from None

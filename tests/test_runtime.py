@@ -49,3 +49,12 @@ def test_optimized_to_writes_the_graph_ort_runs(tmp_path):
     runtime.session(_model(), optimized_to=str(path))
     ops = [n.op_type for n in onnx.load(path).graph.node]
     assert ops and set(ops) <= {"Relu", "Neg"}  # level 2 keeps the graph's own nodes here
+
+
+def test_a_run_that_fails_is_one_line():
+    s = runtime.session(_model())
+    with pytest.raises(QnnxError) as e:
+        runtime.run(s, ["y"], {"x": np.ones(4, np.float32)})  # the model takes 3 values
+    msg = str(e.value)
+    assert msg.startswith("ONNX Runtime failed on a sample: ") and "\n" not in msg
+    assert runtime.run(s, ["y"], {"x": np.ones(3, np.float32)})[0].tolist() == [-1, -1, -1]

@@ -113,14 +113,7 @@ def float_outputs(float_model, data, *, num_samples: int | None = None) -> list[
     fm = load_model(float_model)
     names = [v.name for v in fm.graph.outputs]
     sess = _session(fm, names)
-    return [dict(zip(names, _run(sess, names, feed))) for feed in iter_samples(data, input_specs(fm), num_samples)]
-
-
-def _run(sess: ort.InferenceSession, names: list[str], feed: dict) -> list:
-    try:
-        return sess.run(names, feed)
-    except Exception as e:
-        raise QnnxError(f"ONNX Runtime failed on a sample: {str(e).splitlines()[0][:300]}") from None
+    return [dict(zip(names, runtime.run(sess, names, feed))) for feed in iter_samples(data, input_specs(fm), num_samples)]
 
 
 def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
@@ -145,8 +138,8 @@ def compare_models(float_model, quant_model, data, *, num_samples: int | None = 
     fs, qs = None if reference is not None else _session(fm, common), _session(qm, common)
     stats = {n: LayerError(n, *fv[n]) for n in common}
     for k, feed in enumerate(iter_samples(data, input_specs(fm), num_samples)):
-        fr = _run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
-        for n, a, b in zip(common, fr, _run(qs, common, feed)):
+        fr = runtime.run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
+        for n, a, b in zip(common, fr, runtime.run(qs, common, feed)):
             stats[n].add(np.asarray(a), np.asarray(b))
     return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))
 
