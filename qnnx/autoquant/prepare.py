@@ -385,18 +385,21 @@ def spell_out_hard_swish(graph: ir.Graph, keep: frozenset[str] = frozenset()) ->
     (torch's export from opset 14 on), int8 against fp32, one thread, side by side: 1.74x -> 2.36x.
     Returns #rewritten."""
     rewritten = 0
+    constants = None  # 3, 0 and 6, shared by every hard-swish (as prepare's folding leaves PP-OCR's)
     for node in list(graph):
         if node.op_type != "HardSwish" or node.domain not in ("", "ai.onnx") or node.name in keep:
             continue
         x, y = node.inputs[0], node.outputs[0]
         if x is None or x.dtype not in (ir.DataType.FLOAT, None):
             continue
+        if constants is None:
+            shared = Builder(graph, "HardSwish")
+            constants = [shared.const(np.array(c, np.float32), hint) for c, hint in ((3.0, "three"), (0.0, "zero"),
+                                                                                    (6.0, "six"))]
+        three, zero, six = constants
         b = Builder(graph, node.name or "HardSwish")
-        gate = b.op("Clip", [b.op("Add", [x, b.const(np.array(3.0, np.float32), "three")], hint="shift"),
-                             b.const(np.array(0.0, np.float32), "zero"), b.const(np.array(6.0, np.float32), "six")],
-                    hint="gate")
-        out = b.op("Div", [b.op("Mul", [x, gate], hint="product"), b.const(np.array(6.0, np.float32), "divisor")],
-                   hint="scaled")
+        gate = b.op("Clip", [b.op("Add", [x, three], hint="shift"), zero, six], hint="gate")
+        out = b.op("Div", [b.op("Mul", [x, gate], hint="product"), six], hint="scaled")
         for new in b.nodes:
             for v in new.outputs:  # elementwise: x's type and shape
                 v.type, v.shape = x.type, x.shape
