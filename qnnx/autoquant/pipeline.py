@@ -556,7 +556,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
     config = config or QuantConfig()
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
     float_model = prepare(model, min_opset=21 if config.activation_dtype.endswith("16") else 13,
-                          excluded=frozenset(config.exclude_nodes) | frozenset(config.exclude_op_types))
+                          exclude_nodes=config.exclude_nodes, exclude_op_types=config.exclude_op_types)
     folded = folded_into(float_model)
     if any(n in folded for n in config.exclude_nodes):  # the user named a node prepare folded into another
         names = {n.name for n in float_model.graph}

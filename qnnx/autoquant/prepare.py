@@ -43,9 +43,10 @@ FOLDED_INTO = "qnnx.prepare.folded_into"  # graph metadata: JSON {folded node's 
 LAYER_NORM_OPSET = 17  # LayerNormalization's first opset
 
 
-def prepare(model, *, min_opset: int = MIN_OPSET, excluded: frozenset[str] = frozenset()) -> ir.Model:
+def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_types=()) -> ir.Model:
     """The cleaned float model; ``min_opset`` is raised to 21 by callers that emit 16-bit Q/DQ.
-    ``excluded``: node names and op types the user keeps float, whose HardSwish nodes stay whole."""
+    ``exclude_nodes`` / ``exclude_op_types``: what the user keeps float (QuantConfig's); a HardSwish
+    among them stays whole."""
     m = load_model(model)
     opset = m.opset_imports.get("", None)
     if opset is None:
@@ -84,8 +85,8 @@ def prepare(model, *, min_opset: int = MIN_OPSET, excluded: frozenset[str] = fro
         fold_affine_into_conv(m.graph, folded)
     fold_shift_into_unpadded_conv(m.graph, folded)
     fuse_matmul_add_into_gemm(m.graph, folded)
-    if "HardSwish" not in excluded:
-        spell_out_hard_swish(m.graph, excluded)
+    if "HardSwish" not in exclude_op_types:
+        spell_out_hard_swish(m.graph, frozenset(exclude_nodes))
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
     if folded:

@@ -394,9 +394,9 @@ def test_hard_swish_is_spelled_out_as_onnx_runtime_runs_it_in_integers(opset, ou
     _assert_same_outputs(model, p, feeds)  # float ulps apart: x * (x + 3) / 6 against x * (x / 6 + 0.5)
 
 
-@pytest.mark.parametrize("excluded", [frozenset({"hs"}), frozenset({"HardSwish"})])
+@pytest.mark.parametrize("excluded", [dict(exclude_nodes=("hs",)), dict(exclude_op_types=("HardSwish",))])
 def test_an_excluded_hard_swish_stays_whole(excluded):
-    p = prepare(_hard_swish_model(), excluded=excluded)
+    p = prepare(_hard_swish_model(), **excluded)
     assert _ops(p) == ["Conv", "HardSwish", "Conv"]
 
 
