@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -208,10 +209,20 @@ def _progress(enabled: bool, done: int, total: int | None, started: float) -> No
 _run = runtime.run  # a module name of its own: tests count calibration runs through it
 
 
-def _session_with_outputs(model: ir.Model, values: list[ir.Value | str]) -> ort.InferenceSession:
+def _session_with_outputs(model: ir.Model, values: list[ir.Value | str],
+                          threads: int | None = None) -> ort.InferenceSession:
     """An ORT session of ``model`` that also returns ``values`` (values or names; the caller's model is
-    unchanged)."""
-    return runtime.session(model, outputs=values, purpose=" to calibrate it")
+    unchanged); ``threads``: intra-op threads, default ORT's."""
+    return runtime.session(model, outputs=values, purpose=" to calibrate it", threads=threads)
+
+
+def _calibration_threads() -> int:
+    """Intra-op threads of a calibration session: one core fewer than this process may use, left to the
+    observers, which bin the previous run's outputs while the session makes the next (:func:`_overlapped`).
+    With every core, ORT's threads and numpy's binning contend and the overlap gained nothing (PP-OCR cls,
+    64 samples, 2 cores: 0.53 s in turn, 0.53-0.58 s overlapped with 2 threads, 0.45 s with 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 @dataclass(frozen=True)
@@ -228,8 +239,8 @@ def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Sim
     from qnnx.passes.lower import lower
 
     sim, inputs = simulate_model(float_model, the_plan, config, standard=True)
-    return Simulated(_session_with_outputs(lower(sim, copy=False), [i.observed for i in inputs.values()]), inputs,
-                     input_specs(float_model))
+    return Simulated(_session_with_outputs(lower(sim, copy=False), [i.observed for i in inputs.values()],
+                                           _calibration_threads()), inputs, input_specs(float_model))
 
 
 def _batchable(specs, observers) -> bool:
@@ -298,8 +309,29 @@ def _calibration_runs(sess, names: list[str], extra: dict, samples, max_batch: i
                 rest = run(probe[1:])
                 yield probe, [alone, rest]
                 del alone, rest
-    for group in groups:
-        yield group, [run(group)]
+    yield from _overlapped(run, groups)
+
+
+def _overlapped(run, groups):
+    """``(group, [run(group)])`` for each group, the next group's run under way in a worker thread while
+    the caller observes the current one. ONNX Runtime releases the GIL while it runs, so its kernels and
+    output copies overlap numpy's binning, which holds the GIL (PP-OCR cls, 64 samples, in-process:
+    calibration 0.53 -> 0.45 s; PP-OCRv4 det, 32 samples: 13.5 -> 12.4 s). At most two runs' outputs are
+    alive: the one observed and the one being made."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qnnx-calibration") as pool:
+        current = next(groups, None)
+        if current is None:
+            return
+        pending = pool.submit(run, current)
+        for group in groups:  # reads the next samples while the run is under way
+            outs = pending.result()
+            pending = pool.submit(run, group)
+            yield current, [outs]
+            outs = None  # the caller has observed them: drop them before the next wait
+            current = group
+        outs = pending.result()
+        pending = None
+        yield current, [outs]
 
 
 def _batch_matches_sample(batched: list, single: list, count: int) -> bool:
@@ -348,7 +380,7 @@ def calibrate(model: ir.Model | Simulated, the_plan: Plan, calibration, config: 
         sess, extra = model.session, qparam_feed(model.inputs, qparams or {})
         names = [model.inputs[v.name].observed for v, _ in fetch]
     else:
-        sess, extra = _session_with_outputs(model, [v for v, _ in fetch]), {}
+        sess, extra = _session_with_outputs(model, [v for v, _ in fetch], _calibration_threads()), {}
         names = [v.name for v, _ in fetch]
     started = time.perf_counter()
     specs = model.specs if isinstance(model, Simulated) else input_specs(model)

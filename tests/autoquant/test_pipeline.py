@@ -1000,3 +1000,52 @@ def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
                                       method="minmax", calibration_batch_size=8)
     assert [f["x"].shape[0] for f in runs] == [1, 1, 1, 1]
 
+
+def test_the_next_calibration_run_is_under_way_while_the_caller_observes():
+    import threading
+    import weakref
+
+    from qnnx.autoquant import pipeline
+
+    started = {k: threading.Event() for k in range(4)}
+
+    def run(group):
+        started[group[0]].set()
+        return np.full(3, group[0], np.float32)
+
+    seen, alive = [], []
+    for group, runs in pipeline._overlapped(run, iter([[0], [1], [2], [3]])):
+        k = group[0]
+        if k < 3:  # the caller is still holding run k's outputs: run k + 1 must already have started
+            assert started[k + 1].wait(timeout=10), f"run {k + 1} did not start while run {k} was observed"
+        seen.append((k, runs[0].tolist()))
+        alive.append(weakref.ref(runs[0]))
+        del runs
+        if k >= 1:  # run k - 1's outputs were dropped by the generator too
+            assert alive[k - 1]() is None, f"run {k - 1}'s outputs are still alive at group {k}"
+    assert seen == [(k, [float(k)] * 3) for k in range(4)]
+    assert list(pipeline._overlapped(run, iter([]))) == []
+
+
+def test_a_failed_calibration_run_in_the_worker_reaches_the_caller():
+    from qnnx.autoquant import pipeline
+
+    def run(group):
+        if group[0] == 2:
+            raise QnnxError("ONNX Runtime failed on a sample: boom")
+        return [group[0]]
+
+    got = []
+    with pytest.raises(QnnxError, match="failed on a sample: boom"):
+        for group, _ in pipeline._overlapped(run, iter([[0], [1], [2], [3]])):
+            got.append(group[0])
+    assert got == [0, 1]
+
+
+@pytest.mark.parametrize("cores,threads", [(1, 1), (2, 1), (8, 7)])
+def test_calibration_sessions_leave_one_core_to_the_observers(cores, threads, monkeypatch):
+    from qnnx.autoquant import pipeline
+
+    monkeypatch.setattr(pipeline.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert pipeline._calibration_threads() == threads
+
