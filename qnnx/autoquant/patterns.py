@@ -21,7 +21,8 @@ Built-ins:
     MatMul(x, W) [-> Add(b)] / Gemm(x, W[, b]) W: per-column, b: int32 in the accumulator; act x act MatMul too
     erf GELU (x/sqrt2 -> Erf -> +1 -> *x -> *0.5) input and output, like Gelu (one table once integer)
     Mul / Div by a positive scalar constant   a type change: the input's integers, scale times the factor
-    Add / Sub / Mul (residuals included)      both inputs and the output [-> Relu | Clip]
+    Add / Sub / Mul (residuals included)      both inputs and the output [-> Relu | Clip]; x +- c -> Clip
+                                              (a hard sigmoid) outputs the clip's whole range
     AveragePool / GlobalAveragePool, Concat   inputs and output
     Sigmoid, HardSigmoid, HardSwish, Tanh,
     LeakyRelu, Exp, Erf, Gelu, Elu, Softplus  input and output (a lookup table once integer); the bounded
@@ -399,7 +400,25 @@ class BinaryPattern(_AllActivationsPattern):
             return m
         # Quantize after the Relu/Clip: ONNX Runtime then drops the activation into the QuantizeLinear's
         # range and fuses QLinearAdd/QLinearMul, as it does for Conv.
-        return PatternMatch(m.pattern, (node, act), m.inputs, (_activation(act.outputs[0]),))
+        bounds = _shifted_clip_bounds(node, act)
+        out = Target(act.outputs[0], "activation", fixed_range=bounds) if bounds else _activation(act.outputs[0])
+        return PatternMatch(m.pattern, (node, act), m.inputs, (out,))
+
+
+def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | None:
+    """``(lo, hi)`` when ``Clip(x +- c, lo, hi)`` (one activation, a scalar constant, finite bounds) spells
+    a hard sigmoid: hard-swish's gate ``Clip(x + 3, 0, 6)`` is ``6 * HardSigmoid(x)``. A bounded function
+    gets its whole range (ElementwisePattern.BOUNDED), whichever way it is written; it is not observed.
+    (mse chose [0, 5.66-6.00] for PP-OCRv4 rec's 28 gates.)"""
+    if node.op_type not in ("Add", "Sub") or act.op_type != "Clip" or len(act.inputs) < 3:
+        return None
+    if sum(_scalar(v) is not None for v in node.inputs) != 1 or any(
+            _scalar(v) is None and not _is_float_activation(v) for v in node.inputs):
+        return None
+    lo, hi = _scalar(act.inputs[1]), _scalar(act.inputs[2])
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        return None
+    return lo, hi
 
 
 @register_pattern

@@ -277,6 +277,24 @@ def test_softmax_output_has_a_fixed_zero_one_range_and_input_is_observed():
     assert out.value.name == "y" and out.role == "activation" and out.fixed_range == (0.0, 1.0)
 
 
+@pytest.mark.parametrize("op,shift,lo,hi,fixed", [
+    ("Add", 3.0, 0.0, 6.0, (0.0, 6.0)),  # hard-swish's gate, 6 * HardSigmoid(x)
+    ("Sub", -0.5, 0.0, 1.0, (0.0, 1.0)),
+    ("Add", None, 0.0, 6.0, None),  # two activations: a residual with a ReLU6, observed
+    ("Add", 3.0, None, 6.0, None),  # no lower bound: not bounded on both sides
+])
+def test_a_shifted_clip_is_bounded_like_hard_sigmoid(op, shift, lo, hi, fixed):
+    g = Graph()
+    x = g.input("x", [1, 4])
+    other = g.const(np.array(shift, np.float32), "c") if shift is not None else g.input("r", [1, 4])
+    a = g.node(op, [x, other], name="add", out="a")
+    bounds = [g.const(np.array(b, np.float32), f"b{i}") if b is not None else "" for i, b in enumerate((lo, hi))]
+    g.node("Clip", [a, *bounds], name="clip", out="y")
+    m = _match(_ir(g, "y"), "add")
+    (out,) = m.outputs
+    assert out.value.name == "y" and out.fixed_range == fixed
+
+
 # --------------------------------------------------------------------------- the registry
 
 

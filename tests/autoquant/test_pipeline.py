@@ -883,6 +883,35 @@ def test_bounded_elementwise_outputs_get_their_whole_range():
     assert y_scale == pytest.approx(2 / 255, rel=1e-6)
 
 
+def test_hard_swish_gate_gets_its_whole_range_unobserved(monkeypatch):
+    # x * Clip(x + 3, 0, 6) / 6 on data within [-1, 1]: the gate only ever sees [2, 4], yet it is
+    # 6 * HardSigmoid(x) and gets [0, 6] without being observed, as HardSigmoid gets [0, 1]
+    from qnnx.calibrate import observers
+
+    g = Graph()
+    x = g.input("x", [1, 3, 6, 6])
+    a = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3, k=1) * 0.1, "w1")], name="conv1", out="a")
+    s = g.node("Add", [a, g.const(np.array(3.0, np.float32))], name="shift")
+    gate = g.node("Clip", [s, g.const(np.array(0.0, np.float32)), g.const(np.array(6.0, np.float32))],
+                  name="clip", out="gate")
+    m = g.node("Mul", [a, gate], name="mul", out="m")
+    g.node("Div", [m, g.const(np.array(6.0, np.float32))], name="div", out="y")
+    observed = set()
+    real = observers.Observer.observe
+
+    def observe(self, v):
+        if np.size(v) > 1:  # (the constant 3 gets qparams of its own)
+            observed.add((self, float(np.min(v)), float(np.max(v))))
+        real(self, v)
+
+    monkeypatch.setattr(observers.Observer, "observe", observe)
+    data = [np.clip(d, -1, 1) for d in samples(4, (1, 3, 6, 6))]
+    qm = _quantize(g.model("y"), data, speed_fallback="off")
+    g_scale, g_zp = qparams_of(qdq_of(qm.qdq, "gate")[0])
+    assert int(g_zp) == 0 and float(g_scale) == pytest.approx(6 / 255, rel=1e-6)
+    assert not any(2.0 <= lo and hi <= 4.0 for _, lo, hi in observed)  # no observer saw the gate's values
+
+
 def test_division_after_an_excluded_node_stays_float_instead_of_failing():
     model = _conv_div_conv()
     qm = _quantize(model, samples(8), exclude_nodes=("relu1",))
