@@ -199,8 +199,8 @@ def quantize(
             "the outputs agree worse with float after it")] = BiasCorrection(QuantConfig.bias_correction),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding",
-            help="depthwise conv weights: 'gptq' rounds each channel's taps for the conv's output error on "
-            "the calibration inputs; 'nearest' rounds each weight alone"
+            help="conv weights (depthwise and ungrouped): 'gptq' rounds each filter's taps for the conv's output "
+            "error on the calibration inputs; 'nearest' rounds each weight alone"
         )] = WeightRounding(QuantConfig.weight_rounding),
         consumer_weighting: Annotated[bool, typer.Option(
             "--consumer-weighting/--no-consumer-weighting", help="histogram methods: weigh each channel of an "

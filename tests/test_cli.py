@@ -723,17 +723,17 @@ def test_quantize_bias_correction_and_weight_rounding_reach_the_config(quantize_
     import qnnx.autoquant.pipeline as pipeline
 
     seen = []
-    for name in ("correct_biases", "correct_biases_sequentially", "round_depthwise_weights"):
+    for name in ("correct_biases", "correct_biases_sequentially", "round_conv_weights"):
         real = getattr(pipeline, name)
         monkeypatch.setattr(pipeline, name, lambda *a, _n=name, _r=real, **k: seen.append(_n) or _r(*a, **k))
     src, calib = quantize_case
     out = src.parent / "q.onnx"
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q"]) == 0
-    assert seen == ["round_depthwise_weights", "correct_biases_sequentially"]  # the defaults
+    assert seen == ["round_conv_weights", "correct_biases_sequentially"]  # the defaults
     seen.clear()
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "own",
                  "--weight-rounding", "nearest", "-q"]) == 0
     assert seen == ["correct_biases"]
     seen.clear()
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "off", "-q"]) == 0
-    assert seen == ["round_depthwise_weights"]
+    assert seen == ["round_conv_weights"]

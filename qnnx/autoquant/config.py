@@ -77,13 +77,18 @@ class QuantConfig:
     # when the outputs' distance from float (1 - mean per-channel cosine) grows by >10% with it (bias_correction.CorrectionCheck:
     # with other calibration choices it ruined YOLOv8n's class scores).
     bias_correction: str = "sequential"
-    # Depthwise conv weights (weight_rounding.py): "gptq" rounds each channel's int8 taps for the conv's
-    # output error on the calibration inputs (``fallback_samples`` of them; GPTQ error feedback, then +-1
-    # polish) and folds the mean error left into the int32 bias; "nearest" rounds each weight alone.
-    # Measured on PP-OCRv4 rec (mean character-accuracy drop, 9 calibration sets of 32 lines): with
-    # 16-bit activations (weights the only error) 1.75 -> -0.06 points on one set; with the uint8
-    # defaults it pays only together with the sequential bias correction: 1.72 with neither, 2.10 gptq
-    # alone, 1.33 sequential correction alone, 0.26 both. PP-OCR cls (6 sets, 128 crops) 95.3 -> 96.0%.
+    # Conv weights (weight_rounding.py): "gptq" rounds the int8 taps of each depthwise and ungrouped conv
+    # for the conv's output error on the calibration inputs (``fallback_samples`` of them; GPTQ error
+    # feedback, then +-1 polish) and folds the mean error left into the int32 bias; "nearest" rounds each
+    # weight alone. Measured on PP-OCRv4 rec (mean character-accuracy drop, 9 calibration sets of 32
+    # lines), depthwise convs only: with 16-bit activations (weights the only error) 1.75 -> -0.06 points
+    # on one set; with the uint8 defaults it pays only together with the sequential bias correction: 1.72
+    # with neither, 2.10 gptq alone, 1.33 sequential correction alone, 0.26 both. Ungrouped convs too
+    # (session 13, speed fallback off): rec 0.22 -> 0.16 points; PP-OCR cls (6 sets) 95.8 -> 96.4%; det
+    # hmean (sets 0, 1) 0.9943 / 0.9950 -> 0.9943 / 0.9964; YOLOv8n photos (12 sets) 0.954 -> 0.960 (9 of 12 better),
+    # synthetic scenes (6 sets) 0.868 -> 0.882 (set 1 0.868 -> 0.812: there the sequential bias
+    # correction, kept by its check, then shifts the class scores down). Quantization takes longer
+    # (YOLOv8n ~6 -> ~17 s).
     weight_rounding: str = "gptq"
     # SmoothQuant migration strength for LayerNorm outputs read by MatMuls (smoothing.py), None: off.
     # all-MiniLM-L6-v2 sentence-embedding cosine 0.9923 -> 0.9950 at 0.5; models without LayerNorm
@@ -323,8 +328,9 @@ class QuantReport:
         rounded = [r for r in self.rounding if not r.reason]
         if rounded:
             gains, left = [r.gain_db for r in rounded], len(self.rounding) - len(rounded)
-            lines.append(f"weights: {len(rounded)} depthwise conv(s) rounded for their output error, weight-induced "
-                         f"output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
+            depthwise = sum(r.depthwise for r in rounded)
+            lines.append(f"weights: {len(rounded)} conv(s) ({depthwise} depthwise) rounded for their output error, "
+                         f"weight-induced output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
                          + (f"; {left} left at nearest rounding" if left else ""))
         check = self.correction_check
         if check is not None and not check.kept:

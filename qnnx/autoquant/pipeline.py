@@ -34,7 +34,7 @@ import onnxruntime as ort
 
 from qnnx import runtime
 from qnnx.autoquant.bias_correction import CorrectionCheck, correct_biases, correct_biases_sequentially
-from qnnx.autoquant.weight_rounding import round_depthwise_weights
+from qnnx.autoquant.weight_rounding import round_conv_weights
 from qnnx.autoquant.config import HISTOGRAM_METHODS, Decision, OutputAgreement, QuantConfig, QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
@@ -642,7 +642,7 @@ def quantize(model, calibration, config: QuantConfig | None = None) -> Quantized
         keep |= speed_float
     # Last, with bias correction: every re-realization above starts from nearest rounding and plain biases.
     if config.weight_rounding == "gptq":
-        report.rounding = round_depthwise_weights(float_model, qdq, kept, progress=config.progress)
+        report.rounding = round_conv_weights(float_model, qdq, kept, progress=config.progress)
     if config.bias_correction == "off":
         report.outputs = output_agreement(float_model, qdq, kept)
     else:

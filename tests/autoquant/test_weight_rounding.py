@@ -1,6 +1,6 @@
-"""Output-aware rounding of depthwise conv weights (qnnx.autoquant.weight_rounding): GPTQ error
-feedback and +-1 polish against the input patches' second moment, the bias's mean correction,
-and where it applies."""
+"""Output-aware rounding of conv weights (qnnx.autoquant.weight_rounding): GPTQ error feedback and
++-1 polish against the input patches' second moment (per channel for depthwise convs, shared for
+ungrouped ones), the bias's mean correction, and where it applies."""
 
 from __future__ import annotations
 
@@ -45,6 +45,40 @@ def test_gptq_and_polish_lower_the_output_error_of_every_channel():
     assert chosen.min() >= -128 and chosen.max() <= 127
 
 
+def test_a_shared_second_moment_rounds_an_ungrouped_conv_for_its_output_error():
+    """One H for every output row (an ungrouped conv): the same GPTQ and polish, broadcast."""
+    rng = np.random.default_rng(4)
+    c, d = 32, 48
+    w = rng.standard_normal((c, d)) * 0.2
+    scale = np.abs(w).max(axis=1) / 127.5
+    p = rng.standard_normal((2000, 1)) * 0.5 + 4.0 + rng.standard_normal((2000, d)) * 0.3
+    h = p.T @ p / len(p)
+    nearest = np.clip(np.round(w / scale[:, None]), -128, 127)
+    fed = wr.gptq_round(w, scale, h, -128, 127)
+    chosen = wr.polish(fed, w, scale, h, -128, 127)
+    per_row = np.broadcast_to(h, (c, d, d))
+    e_near, e_fed, e_chosen = (_error(q, w, scale, per_row) for q in (nearest, fed, chosen))
+    np.testing.assert_allclose(wr._output_error(chosen, w, scale, h), e_chosen, rtol=1e-10)
+    assert np.all(e_chosen <= e_fed + 1e-15)
+    assert e_chosen.sum() < 0.3 * e_near.sum()
+    # the shared H gives what the same H repeated per row gives
+    np.testing.assert_array_equal(wr.gptq_round(w, scale, per_row.copy(), -128, 127), fed)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_blocked_gptq_updates_equal_column_by_column_ones(shared, monkeypatch):
+    rng = np.random.default_rng(5)
+    c, d = 6, 23
+    w = rng.standard_normal((c, d)) * 0.2
+    scale = np.abs(w).max(axis=1) / 127.5
+    h = _correlated_h(rng, 1 if shared else c, d)
+    h = h[0] if shared else h
+    monkeypatch.setattr(wr, "GPTQ_BLOCK", 1)  # every column's error reaches the rest at once
+    one_by_one = wr.gptq_round(w, scale, h, -128, 127)
+    monkeypatch.setattr(wr, "GPTQ_BLOCK", 5)  # blocks that do not divide d
+    np.testing.assert_array_equal(wr.gptq_round(w, scale, h, -128, 127), one_by_one)
+
+
 def test_polish_keeps_the_grid_bounds():
     w = np.array([[1.0, 1.0, 1.0]])
     scale = np.array([1.0 / 127])  # every weight at +127: the grid's top
@@ -78,6 +112,65 @@ def test_patch_moments_give_the_conv_output_error(pads, strides, dilations, max_
     mean_square = (y.astype(np.float64) ** 2).mean(axis=(0, 2, 3))
     np.testing.assert_allclose(np.einsum("ci,cij,cj->c", ev, h, ev) / n, mean_square, rtol=1e-5)
     np.testing.assert_allclose((s * ev).sum(axis=1) / n, y.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pads,strides,dilations,max_patches", [((1, 0, 1, 2), (1, 1), (1, 1), 1 << 14),
+                                                                ((0, 2, 1, 0), (2, 1), (1, 2), 1 << 14),
+                                                                ((1, 1, 1, 1), (1, 1), (1, 1), 20)])
+def test_im2col_moments_give_the_ungrouped_conv_output_error(pads, strides, dilations, max_patches, monkeypatch):
+    """As above for an ungrouped conv: one (C*k*k)^2 moment, e^T H e / count the mean square of the
+    conv with one error filter ``e`` (C, k, k) in the weights' flattened order."""
+    monkeypatch.setattr(wr, "MAX_PATCHES", max_patches)
+    monkeypatch.setattr(wr, "PATCH_BLOCK", 200)  # several row blocks per sample
+    rng = np.random.default_rng(1)
+    c = 3
+    x = rng.standard_normal((2, c, 7, 9)).astype(np.float32) + 1
+    e = rng.standard_normal((1, c, 3, 2)).astype(np.float32)
+    g = Graph()
+    g.node("Conv", [g.input("x", x.shape), g.const(e, "e")], name="conv", out="y", pads=list(pads),
+           strides=list(strides), dilations=list(dilations))
+    y = run_ort(g.model("y"), {"x": x})[0]
+    step = -(-y.shape[2] * y.shape[3] // max_patches)
+    y = y[:, :, ::step].astype(np.float64)
+    layer = wr._Layer(None, None, None, None, 0, (3, 2), pads, strides, dilations)
+    h, s, n = wr._im2col_moments(x, layer)
+    ev = e.reshape(-1).astype(np.float64)
+    assert h.shape == (c * 6, c * 6) and n == y.shape[0] * y.shape[2] * y.shape[3]
+    np.testing.assert_allclose(ev @ h @ ev / n, (y ** 2).mean(), rtol=1e-5)
+    np.testing.assert_allclose(s @ ev / n, y.mean(), rtol=1e-5, atol=1e-6)
+
+
+def _grouped_model(rng):
+    g = Graph()
+    w = (rng.standard_normal((8, 4, 3, 3)) * 0.1).astype(np.float32)  # 2 groups of 4 channels
+    g.node("Conv", [g.input("x", [1, 8, 10, 10]), g.const(w, "w_g")], name="grouped", group=2, pads=[1, 1, 1, 1],
+           out="y")
+    return g.model("y")
+
+
+def test_grouped_convs_too_many_taps_or_too_few_patches_keep_nearest_rounding_with_their_reason(monkeypatch):
+    rng = np.random.default_rng(8)
+    qm = qnnx.quantize(_grouped_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
+    (record,) = qm.report.rounding
+    assert record.node == "grouped" and not record.depthwise
+    assert record.reason == "grouped conv (2 groups): only depthwise and ungrouped convs are rounded"
+    monkeypatch.setattr(wr, "MAX_TAPS", 8)
+    rng = np.random.default_rng(8)
+    qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
+    records = {r.node: r for r in qm.report.rounding}
+    assert not records["dw"].reason and records["dw"].gain_db > 0  # 9 taps: depthwise convs are not limited
+    assert records["pw"].reason == "" and records["pw"].taps == 8
+    monkeypatch.setattr(wr, "MAX_TAPS", 7)
+    qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
+    records = {r.node: r for r in qm.report.rounding}
+    assert records["pw"].reason == "8 taps per filter, above the 7 the rounding takes"
+    assert not records["dw"].reason
+    monkeypatch.setattr(wr, "MAX_TAPS", 4096)
+    monkeypatch.setattr(wr, "MIN_PATCHES_PER_TAP", 100)  # 2 samples of 10x10 patches: 200 per tap
+    qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
+    assert {r.node: r.reason for r in qm.report.rounding} == {
+        "dw": "200 input patches for 9 taps: too few to rank roundings by",
+        "pw": "200 input patches for 8 taps: too few to rank roundings by"}
 
 
 def _depthwise_model(rng, c=8):
@@ -133,17 +226,17 @@ def test_gptq_rounding_lowers_the_quantized_models_error_on_held_out_inputs():
 
     assert dw_mean_error(gptq) < 0.2 * dw_mean_error(near)  # measured 0.008 vs 0.081
     assert not near.report.rounding
-    (record,) = gptq.report.rounding  # the depthwise conv only
-    assert record.node == "dw" and record.channels == 8 and record.taps == 9 and record.bias_corrected
-    assert record.gain_db > 0
-    assert "1 depthwise conv(s) rounded for their output error" in gptq.report.summary()
-    # The 1x1 conv keeps nearest rounding; the depthwise conv's int8 weights moved, on the same scales.
+    dw, pw = gptq.report.rounding
+    assert (dw.node, dw.channels, dw.taps, dw.depthwise, dw.bias_corrected) == ("dw", 8, 9, True, True)
+    assert (pw.node, pw.channels, pw.taps, pw.depthwise, pw.reason) == ("pw", 4, 8, False, "")
+    assert dw.gain_db > 0 and pw.gain_db >= 0
+    assert "2 conv(s) (1 depthwise) rounded for their output error" in gptq.report.summary()
+    # The depthwise conv's int8 weights moved, on the same scales.
     weights = {m: {n.name: n for n in q.qdq.graph if n.op_type == "Conv"} for m, q in (("near", near), ("gptq", gptq))}
 
     def int8_weights(node):
         return const_array(node.inputs[1].producer().inputs[0]), const_array(node.inputs[1].producer().inputs[1])
 
-    np.testing.assert_array_equal(int8_weights(weights["near"]["pw"])[0], int8_weights(weights["gptq"]["pw"])[0])
     (q_near, s_near), (q_gptq, s_gptq) = int8_weights(weights["near"]["dw"]), int8_weights(weights["gptq"]["dw"])
     np.testing.assert_array_equal(s_near, s_gptq)
     assert not np.array_equal(q_near, q_gptq) and np.abs(q_near.astype(int) - q_gptq).max() <= 2
@@ -160,8 +253,9 @@ def test_a_depthwise_conv_with_a_weight_zero_point_is_left_with_its_reason():
     zp.const_value = ir.tensor(np.ones(const_array(zp).shape, np.int8), name=zp.name)
     before = const_array(w_dq.inputs[0]).copy()
     float_model = ir.from_proto(model)
-    (record,) = wr.round_depthwise_weights(float_model, qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
-    assert record.reason == "weight zero point is not 0" and record.gain_db == 0
+    record, pw = wr.round_conv_weights(float_model, qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
+    assert record.node == "dw" and record.reason == "weight zero point is not 0" and record.gain_db == 0
+    assert pw.node == "pw" and not pw.reason
     np.testing.assert_array_equal(const_array(w_dq.inputs[0]), before)
 
 
@@ -179,8 +273,8 @@ def test_int8_weights_that_are_not_the_float_ones_rounded_are_left_with_their_re
     q = w_dq.inputs[0]
     flipped = -const_array(q)  # as if a fold had negated the filter after the float model was taken
     q.const_value = ir.tensor(flipped, name=q.name)
-    (record,) = wr.round_depthwise_weights(ir.from_proto(model), qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
-    assert record.reason == "int8 weights are not the float weights rounded (a fold changed them)"
+    record, _ = wr.round_conv_weights(ir.from_proto(model), qm.qdq, [{"x": x} for x in _inputs(rng, 2)])
+    assert record.node == "dw" and record.reason == "int8 weights are not the float weights rounded (a fold changed them)"
     np.testing.assert_array_equal(const_array(q), flipped)
 
 
@@ -188,4 +282,4 @@ def test_progress_lines_for_the_rounding_and_the_correction(capsys):
     rng = np.random.default_rng(7)
     qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=True, speed_fallback="off"))
     err = capsys.readouterr().err
-    assert "weight rounding: layer 1/1" in err and "bias correction: stage 2/2" in err
+    assert "weight rounding: layer 2/2" in err and "bias correction: stage 2/2" in err
