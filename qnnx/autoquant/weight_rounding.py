@@ -105,10 +105,12 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
     say = ProgressLine("weight rounding", progress)
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
     for k, layer in enumerate(layers):
+        layer.h = layer.h.astype(np.float64)  # rounded in float64; each H is freed once its layer is done
         records.append(_round_layer(layer) if layer.count >= MIN_PATCHES_PER_TAP * layer.w.shape[1] else
                        RoundingRecord(layer.node.name, layer.w.shape[0], layer.w.shape[1], depthwise=layer.depthwise,
                                       reason=f"{layer.count} input patches for {layer.w.shape[1]} taps: too few to "
                                              "rank roundings by"))
+        layer.h = None
         say(f"layer {k + 1}/{len(layers)}")
     say.end()
     return records
@@ -223,7 +225,8 @@ def _im2col_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarra
     d = c * layer.kernel[0] * layer.kernel[1]
     windows, rows, ow = _windows(x, layer, max(1, min(MAX_PATCHES, MOMENT_FLOPS // (d * d))))
     n = windows.shape[0]
-    hs, sums = np.zeros((d, d)), np.zeros(d)
+    # float32 H: every conv's is held until the last sample (YOLOv8n's 64 take 111 MiB so, 222 in float64)
+    hs, sums = np.zeros((d, d), np.float32), np.zeros(d)
     block = max(1, PATCH_BLOCK // max(1, n * ow * d))  # output rows per copy
     for r0 in range(0, rows, block):
         p = windows[:, :, r0:r0 + block].transpose(0, 2, 3, 1, 4, 5).reshape(-1, d)
