@@ -274,7 +274,7 @@ def _mean_over_samples(sess: ort.InferenceSession, names: list[str], samples: li
     mean square of each into ``squares`` when given."""
     means: dict[str, np.ndarray] = {}
     for feed in samples:
-        for name, y in zip(names, sess.run(names, feed)):
+        for name, y in zip(names, runtime.run(sess, names, feed)):
             means[name] = means.get(name, 0) + _channel_means(y, 1 if y.ndim > 2 else y.ndim - 1) / len(samples)
             if squares is not None:
                 squares[name] = squares.get(name, 0.0) + float(np.mean(np.square(y, dtype=np.float64))) / len(samples)
@@ -363,7 +363,8 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
         feeds_of = [x.name for x in sess.get_inputs()]
         means: dict[str, np.ndarray] = {}
         for feed, cache in zip(samples, caches):
-            values = sess.run(outputs, {name: cache[name] if name in cache else feed[name] for name in feeds_of})
+            values = runtime.run(sess, outputs, {name: cache[name] if name in cache else feed[name]
+                                                for name in feeds_of})
             for name, y in zip(outputs, values):
                 if name in wanted:
                     means[name] = means.get(name, 0) + _channel_means(y, 1) / len(samples)

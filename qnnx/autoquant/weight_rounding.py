@@ -105,12 +105,14 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
     say = ProgressLine("weight rounding", progress)
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
     for k, layer in enumerate(layers):
-        layer.h = layer.h.astype(np.float64)  # rounded in float64; each H is freed once its layer is done
-        records.append(_round_layer(layer) if layer.count >= MIN_PATCHES_PER_TAP * layer.w.shape[1] else
-                       RoundingRecord(layer.node.name, layer.w.shape[0], layer.w.shape[1], depthwise=layer.depthwise,
-                                      reason=f"{layer.count} input patches for {layer.w.shape[1]} taps: too few to "
-                                             "rank roundings by"))
-        layer.h = None
+        c_out, taps = layer.w.shape
+        if layer.count < MIN_PATCHES_PER_TAP * taps:
+            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
+                                          reason=f"{layer.count} input patches for {taps} taps: too few to rank "
+                                                 "roundings by"))
+        else:
+            records.append(_round_layer(layer))
+        layer.h = None  # each H is freed once its layer is done
         say(f"layer {k + 1}/{len(layers)}")
     say.end()
     return records
@@ -175,7 +177,7 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
     sess = runtime.session(qdq, outputs=names, optimize=False, purpose=" to round conv weights")
     for k, feed in enumerate(samples):
         done(k)
-        values = dict(zip(names, sess.run(names, feed)))
+        values = dict(zip(names, runtime.run(sess, names, feed)))
         for layer in layers:
             x = values[layer.node.inputs[0].name]
             h, s, n = _patch_moments(x, layer) if layer.depthwise else _im2col_moments(x, layer)
@@ -242,11 +244,11 @@ def _round_layer(layer: _Layer) -> RoundingRecord:
     q_old = const_array(q_value)
     scale = np.broadcast_to(np.asarray(const_array(layer.w_dq.inputs[1]), np.float64).reshape(-1), (c_out,))
     info = np.iinfo(np.int8)
+    h = layer.h.astype(np.float64) / layer.count  # rounded in float64 (an ungrouped conv's H is summed in float32)
+    mean = layer.p_sum / layer.count
     if layer.depthwise:  # output channel o reads input channel o // multiplier
-        h = np.repeat(layer.h / layer.count, layer.multiplier, axis=0)
-        mean = np.repeat(layer.p_sum / layer.count, layer.multiplier, axis=0)
-    else:  # every output channel reads the same patches
-        h, mean = layer.h / layer.count, layer.p_sum / layer.count
+        h, mean = np.repeat(h, layer.multiplier, axis=0), np.repeat(mean, layer.multiplier, axis=0)
+    # else every output channel reads the same patches: one H
     nearest = np.clip(np.round(w / scale[:, None]), info.min, info.max)
     chosen = polish(gptq_round(w, scale, h, info.min, info.max), w, scale, h, info.min, info.max,
                     POLISH_ROUNDS if layer.depthwise else SHARED_POLISH_ROUNDS)
