@@ -88,6 +88,7 @@ class _Layer:
     h: np.ndarray | None = None  # depthwise (C_in, k*k, k*k), ungrouped (taps, taps): sum of p p^T
     p_sum: np.ndarray | None = None  # depthwise (C_in, k*k), ungrouped (taps,): sum of p
     count: int = 0
+    thin: bool = False  # too few patches foreseen from the first sample: counted, no moments gathered
 
     @property
     def depthwise(self) -> bool:
@@ -110,6 +111,9 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
             records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
                                           reason=f"{layer.count} input patches for {taps} taps: too few to rank "
                                                  "roundings by"))
+        elif layer.h is None:  # foreseen thin from the first sample, but later inputs were larger
+            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
+                                          reason="conv input sizes varied between samples of one shape"))
         else:
             records.append(_round_layer(layer))
         layer.h = None  # each H is freed once its layer is done
@@ -175,15 +179,40 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
     # The QDQ graph as written (no fusion): each conv's input exactly as its DequantizeLinear gives it.
     names = sorted({layer.node.inputs[0].name for layer in layers})
     sess = runtime.session(qdq, outputs=names, optimize=False, purpose=" to round conv weights")
+    # With every sample the same shape, the first one tells each layer's patch count: a layer that will
+    # have too few (YOLOv8n's stride-32 convs, up to 2304 taps on 10x10 maps) only counts, and its H
+    # (87 MiB of float32 for YOLOv8n's 18 such convs) is never built.
+    fixed = all({n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()}
+                for feed in samples)
     for k, feed in enumerate(samples):
         done(k)
         values = dict(zip(names, runtime.run(sess, names, feed)))
         for layer in layers:
             x = values[layer.node.inputs[0].name]
+            if k == 0 and fixed:
+                layer.thin = _patch_count(x, layer) * len(samples) < MIN_PATCHES_PER_TAP * layer.w.shape[1]
+            if layer.thin:
+                layer.count += _patch_count(x, layer)
+                continue
             h, s, n = _patch_moments(x, layer) if layer.depthwise else _im2col_moments(x, layer)
             layer.h = h if layer.h is None else layer.h + h
             layer.p_sum = s if layer.p_sum is None else layer.p_sum + s
             layer.count += n
+
+
+def _max_positions(layer: _Layer, channels: int) -> int:
+    """Output positions per sample the moments take: ``MAX_PATCHES``, and for an ungrouped conv at most
+    ``MOMENT_FLOPS / taps^2`` (its moment costs positions * taps^2 multiply-adds)."""
+    if layer.depthwise:
+        return MAX_PATCHES
+    d = channels * layer.kernel[0] * layer.kernel[1]
+    return max(1, min(MAX_PATCHES, MOMENT_FLOPS // (d * d)))
+
+
+def _patch_count(x: np.ndarray, layer: _Layer) -> int:
+    """The number of patches the moments of ``x`` would count (per channel, for a depthwise conv)."""
+    windows, rows, ow = _windows(x, layer, _max_positions(layer, x.shape[1]))
+    return windows.shape[0] * rows * ow
 
 
 def _windows(x: np.ndarray, layer: _Layer, max_positions: int) -> tuple[np.ndarray, int, int]:
@@ -205,7 +234,7 @@ def _patch_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarray
     input patches ``p`` (k*k taps, zero padding included), and the number of patches per channel. Large
     maps take every r-th output row (at most ``MAX_PATCHES`` per channel and sample): the moments are means
     over positions and PP-OCRv4 det's 368x368 maps do not need all 135K of them."""
-    windows, rows, ow = _windows(x, layer, MAX_PATCHES)
+    windows, rows, ow = _windows(x, layer, _max_positions(layer, x.shape[1]))
     n, c = windows.shape[:2]
     d = layer.kernel[0] * layer.kernel[1]
     hs, sums = np.zeros((c, d, d)), np.zeros((c, d))
@@ -225,7 +254,7 @@ def _im2col_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarra
     ``MAX_PATCHES`` and ``MOMENT_FLOPS / taps^2`` per sample."""
     c = x.shape[1]
     d = c * layer.kernel[0] * layer.kernel[1]
-    windows, rows, ow = _windows(x, layer, max(1, min(MAX_PATCHES, MOMENT_FLOPS // (d * d))))
+    windows, rows, ow = _windows(x, layer, _max_positions(layer, c))
     n = windows.shape[0]
     # float32 H: every conv's is held until the last sample (YOLOv8n's 64 take 111 MiB so, 222 in float64)
     hs, sums = np.zeros((d, d), np.float32), np.zeros(d)

@@ -173,6 +173,38 @@ def test_grouped_convs_too_many_taps_or_too_few_patches_keep_nearest_rounding_wi
         "pw": "200 input patches for 8 taps: too few to rank roundings by"}
 
 
+def test_layers_foreseen_thin_from_the_first_sample_gather_no_moments(monkeypatch):
+    """Samples of one shape: a layer's patch count is known after the first, and one that will have too
+    few only counts (no H is built), with the reason it would have had."""
+    built = []
+    for name in ("_patch_moments", "_im2col_moments"):
+        real = getattr(wr, name)
+        monkeypatch.setattr(wr, name, lambda x, layer, real=real: built.append(layer.node.name) or real(x, layer))
+    monkeypatch.setattr(wr, "MIN_PATCHES_PER_TAP", 35)  # 3 samples x 100 patches: 300 < 35 * 9, >= 35 * 8
+    rng = np.random.default_rng(8)
+    qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 3), QuantConfig(progress=False, speed_fallback="off"))
+    records = {r.node: r for r in qm.report.rounding}
+    assert records["dw"].reason == "300 input patches for 9 taps: too few to rank roundings by"
+    assert not records["pw"].reason and records["pw"].gain_db >= 0
+    assert set(built) == {"pw"}  # the depthwise conv's moments were never taken
+
+
+def test_samples_of_different_shapes_gather_every_layers_moments(monkeypatch):
+    """Without one shape, the first sample foretells nothing: every layer's moments are gathered (here the
+    third, larger sample lifts the depthwise conv above the threshold the first would have missed)."""
+    monkeypatch.setattr(wr, "MIN_PATCHES_PER_TAP", 35)
+    rng = np.random.default_rng(8)
+    model = ir.from_proto(_depthwise_model(rng))
+    model.graph.inputs[0].shape = ir.Shape([1, 8, "h", "w"])
+    qm = qnnx.quantize(model, _inputs(rng, 3), QuantConfig(progress=False, speed_fallback="off",
+                                                         weight_rounding="nearest", bias_correction="off"))
+    layers = wr._conv_layers(model, qm.qdq, [])
+    samples = [{"x": x} for x in _inputs(rng, 2)] + [{"x": np.ones((1, 8, 12, 12), np.float32)}]
+    wr._gather_statistics(qm.qdq, layers, samples)
+    assert [layer.count for layer in layers] == [344, 344]  # 100 + 100 + 144 patches
+    assert all(layer.h is not None and not layer.thin for layer in layers)
+
+
 def _depthwise_model(rng, c=8):
     """A depthwise 3x3 conv with a bias, then a 1x1 conv: only the first is depthwise."""
     g = Graph()
