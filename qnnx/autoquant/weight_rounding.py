@@ -48,9 +48,9 @@ MAX_PATCHES = 1 << 14  # per channel and sample; more output rows are subsampled
 # An ungrouped conv's moment costs positions * taps^2 per sample: positions are subsampled to keep it
 # under this many multiply-adds (YOLOv8n's 2304-tap head convs see 10x10 maps and keep them all).
 MOMENT_FLOPS = 1 << 32
-MAX_TAPS = 4096
+MAX_TAPS = 4096  # taps per filter of an ungrouped conv: H is taps^2 float64, its inverse taps^3
 MIN_PATCHES_PER_TAP = 4  # below this many input patches per tap, H is too thin to fit: nearest rounding
-GPTQ_BLOCK = 128  # columns per lazy update  # taps per filter of an ungrouped conv: H is taps^2 float64, its inverse taps^3
+GPTQ_BLOCK = 128  # columns per lazy update
 
 
 @dataclass(frozen=True)
@@ -189,10 +189,10 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
         values = dict(zip(names, runtime.run(sess, names, feed)))
         for layer in layers:
             x = values[layer.node.inputs[0].name]
-            if k == 0 and fixed:
-                layer.thin = _patch_count(x, layer) * len(samples) < MIN_PATCHES_PER_TAP * layer.w.shape[1]
+            if k == 0 and fixed:  # from the shape alone: no padded copy of x
+                layer.thin = _patch_count(x.shape, layer) * len(samples) < MIN_PATCHES_PER_TAP * layer.w.shape[1]
             if layer.thin:
-                layer.count += _patch_count(x, layer)
+                layer.count += _patch_count(x.shape, layer)
                 continue
             h, s, n = _patch_moments(x, layer) if layer.depthwise else _im2col_moments(x, layer)
             layer.h = h if layer.h is None else layer.h + h
@@ -209,21 +209,29 @@ def _max_positions(layer: _Layer, channels: int) -> int:
     return max(1, min(MAX_PATCHES, MOMENT_FLOPS // (d * d)))
 
 
-def _patch_count(x: np.ndarray, layer: _Layer) -> int:
-    """The number of patches the moments of ``x`` would count (per channel, for a depthwise conv)."""
-    windows, rows, ow = _windows(x, layer, _max_positions(layer, x.shape[1]))
-    return windows.shape[0] * rows * ow
+def _sampled_rows(shape: tuple[int, ...], layer: _Layer, max_positions: int) -> tuple[int, int, int]:
+    """For an input of ``shape`` (N, C, H, W): the output-row step that keeps rows * OW <= ``max_positions``
+    (or one row), the rows kept, and OW."""
+    (kh, kw), (pt, pl, pb, pr), (sh, sw), (dh, dw) = layer.kernel, layer.pads, layer.strides, layer.dilations
+    h, w = shape[2] + pt + pb, shape[3] + pl + pr
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    step = max(1, -(-oh * ow // max_positions))
+    return step, len(range(0, oh, step)), ow
+
+
+def _patch_count(shape: tuple[int, ...], layer: _Layer) -> int:
+    """The number of patches the moments of an input of ``shape`` count (per channel, for a depthwise
+    conv), from the shape alone."""
+    _, rows, ow = _sampled_rows(shape, layer, _max_positions(layer, shape[1]))
+    return shape[0] * rows * ow
 
 
 def _windows(x: np.ndarray, layer: _Layer, max_positions: int) -> tuple[np.ndarray, int, int]:
     """The conv's input patches as a view (N, C, rows, OW, kh, kw) of the zero-padded ``x``, on every
-    r-th output row so that rows * OW <= ``max_positions`` (or one row); and rows, OW."""
+    step-th output row (:func:`_sampled_rows`); and rows, OW."""
     (kh, kw), (pt, pl, pb, pr), (sh, sw), (dh, dw) = layer.kernel, layer.pads, layer.strides, layer.dilations
+    step, rows, ow = _sampled_rows(x.shape, layer, max_positions)
     x = np.pad(np.asarray(x, np.float32), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    h, w = x.shape[2:]
-    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    step = max(1, -(-oh * ow // max_positions))  # every step-th output row is kept
-    rows = len(range(0, oh, step))
     windows = sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
     # slices only: a view until the callers' block copies
     return windows[:, :, ::sh * step, ::sw, ::dh, ::dw][:, :, :rows, :ow], rows, ow

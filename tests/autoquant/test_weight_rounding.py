@@ -108,6 +108,7 @@ def test_patch_moments_give_the_conv_output_error(pads, strides, dilations, max_
     y = y[:, :, ::step]
     layer = wr._Layer(None, None, None, None, 1, (3, 3), pads, strides, dilations)
     h, s, n = wr._patch_moments(x, layer)
+    assert n == y.shape[0] * y.shape[2] * y.shape[3] == wr._patch_count(x.shape, layer)  # counted from the shape
     ev = e.reshape(c, -1).astype(np.float64)
     mean_square = (y.astype(np.float64) ** 2).mean(axis=(0, 2, 3))
     np.testing.assert_allclose(np.einsum("ci,cij,cj->c", ev, h, ev) / n, mean_square, rtol=1e-5)
@@ -135,7 +136,7 @@ def test_im2col_moments_give_the_ungrouped_conv_output_error(pads, strides, dila
     layer = wr._Layer(None, None, None, None, 0, (3, 2), pads, strides, dilations)
     h, s, n = wr._im2col_moments(x, layer)
     ev = e.reshape(-1).astype(np.float64)
-    assert h.shape == (c * 6, c * 6) and n == y.shape[0] * y.shape[2] * y.shape[3]
+    assert h.shape == (c * 6, c * 6) and n == y.shape[0] * y.shape[2] * y.shape[3] == wr._patch_count(x.shape, layer)
     np.testing.assert_allclose(ev @ h @ ev / n, (y ** 2).mean(), rtol=1e-5)
     np.testing.assert_allclose(s @ ev / n, y.mean(), rtol=1e-5, atol=1e-6)
 
