@@ -86,21 +86,26 @@ def concat(y_scale, y_zero_point, *inputs, axis, quant_axis, out_dtype, rounding
     return (np.concatenate(parts, axis=ax),)
 
 
+# A 16-bit input's table has 65536 entries (128 KiB for a 16-bit output): the exact function of a 16-bit
+# activation, where an 8-bit table would quantize the input again. Wider inputs would need 2**32 entries.
+LUT_MAX_BITS = 16
+
+
 @op("lut", doc="Table lookup `y = table[x - min(dtype of x)]`: the integer form of an elementwise "
     "nonlinearity (sigmoid, tanh, hardswish, gelu, silu, exp...) built offline for fixed qparams. A 2-D "
     "table holds one row per channel along `axis` (a per-channel function such as BatchNormalization): "
     "`y[.., c, ..] = table[c, x[.., c, ..] - min]`.",
-    inputs=(Input("x", "int8/uint8 (or 4-bit) tensor"),
+    inputs=(Input("x", "8- or 16-bit (or 4-bit) integer tensor"),
             Input("table", "1-D of 2**bits(x) entries, or 2-D (channels along `axis`) x 2**bits(x)")),
     outputs=(Input("y", "tensor of the table's dtype"),),
     attributes=(Attribute("axis", int, 1, "axis of x the rows of a 2-D table run along"),),
-    types="x: int8/uint8/int4/uint4; table: any integer dtype, last dim 2**bits(x)")
+    types="x: int16/uint16/int8/uint8/int4/uint4; table: any integer dtype, last dim 2**bits(x)")
 def lut(x, table, *, axis):
     x = np.asarray(x)
     t = int_type(x.dtype)
     table = np.asarray(table)
-    if t.bits > 8:
-        raise QnnxError(f"lut input must be 8-bit or narrower, got {t.name}")
+    if t.bits > LUT_MAX_BITS:
+        raise QnnxError(f"lut input must be {LUT_MAX_BITS}-bit or narrower, got {t.name}")
     if table.ndim not in (1, 2) or table.shape[-1] != 1 << t.bits:
         raise QnnxError(f"lut table must be 1-D or 2-D with {1 << t.bits} entries per row for {t.name} input, "
                         f"got shape {table.shape}")

@@ -73,9 +73,7 @@ def _with_gelu(fallback):
         chain = _gelu_end(node, ctx) if len(node.inputs) == 2 else None
         if chain is None or not ctx.has_affine(chain[0]):
             return fallback(node, ctx)
-        x = fq2i_rules._per_tensor(ctx.affine(chain[0]))
-        if x.type.dtype.bits > 8:
-            raise Unsupported(f"{x.type.dtype.name} input: lookup tables need 8-bit inputs")
+        x = fq2i_rules.lut_input(ctx.affine(chain[0]))
         out = ctx.output_type(chain[1])
         if not out.per_tensor:
             raise Unsupported("per-axis output qparams")

@@ -30,6 +30,7 @@ import onnx_ir as ir
 
 from qnnx import numerics
 from qnnx.dialect import DOMAIN
+from qnnx.dialect.elementwise_ops import LUT_MAX_BITS
 from qnnx.frontends.affine import Affine, AffineType, requantize_to
 from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
 from qnnx.frontends.tables import ELEMENTWISE, batch_norm_table, lookup_table
@@ -81,6 +82,21 @@ def _data_movement(node, ctx):
     return [Affine(v, x.type) for v in outs]
 
 
+def _value_op(ctx: Context, op_type: str, x: Affine, rest: list, attrs: dict,
+              kernel_types: tuple[str, ...]) -> Affine:
+    """``op_type``, which only selects or copies values, on the integers of ``x``. For an integer type
+    outside ``kernel_types`` (ONNX's MaxPool takes 8-bit integers only; ONNX Runtime's Resize 8-bit and
+    int32) it runs through float32, which holds every integer up to 2**24 exactly; Cast keeps the
+    order, so the result is the same integers."""
+    if x.type.dtype.name in kernel_types:
+        return Affine(ctx.b.op(op_type, [x.value, *rest], **attrs), x.type)
+    if x.type.dtype.bits > 24:
+        raise Unsupported(f"{x.type.dtype.name} input: {op_type} takes {'/'.join(kernel_types)} integers, and "
+                          "float32 holds at most 24-bit ones exactly")
+    y = ctx.b.op(op_type, [ctx.b.op("Cast", [x.value], to=ir.DataType.FLOAT), *rest], **attrs)
+    return Affine(ctx.b.op("Cast", [y], to=ir.DataType(x.value.dtype)), x.type)
+
+
 @fq2i_rule("MaxPool")
 def _max_pool(node, ctx):
     x = ctx.affine(node.inputs[0])
@@ -88,7 +104,7 @@ def _max_pool(node, ctx):
         raise Unsupported("MaxPool indices output is used")
     if x.type.axis not in (None, 1):
         raise Unsupported("per-axis qparams not on the channel axis")
-    return [Affine(ctx.b.op("MaxPool", [x.value], **_attrs(node, *node.attributes)), x.type)]
+    return [_value_op(ctx, "MaxPool", x, [], _attrs(node, *node.attributes), ("int8", "uint8"))]
 
 
 @fq2i_rule("Resize")
@@ -97,7 +113,8 @@ def _resize(node, ctx):
     mode = node.attributes["mode"].value if "mode" in node.attributes else "nearest"
     if mode != "nearest":
         raise Unsupported(f"Resize mode {mode!r} interpolates; only nearest is exact on integers")
-    return [Affine(ctx.b.op("Resize", [x.value, *node.inputs[1:]], **_attrs(node, *node.attributes)), x.type)]
+    return [_value_op(ctx, "Resize", x, list(node.inputs[1:]), _attrs(node, *node.attributes),
+                      ("int8", "uint8", "int32"))]
 
 
 @fq2i_rule("Pad")
@@ -178,11 +195,17 @@ def _clip(node, ctx):
 # --------------------------------------------------------------------------- lookup tables
 
 
+def lut_input(x: Affine) -> Affine:
+    """The input of a qnnx.lut: per-tensor, with a table of 2**bits entries that can be built."""
+    x = _per_tensor(x)
+    if x.type.dtype.bits > LUT_MAX_BITS:
+        raise Unsupported(f"{x.type.dtype.name} input: lookup tables take inputs of {LUT_MAX_BITS} bits or fewer")
+    return x
+
+
 @fq2i_rule(*ELEMENTWISE)
 def _elementwise(node, ctx):
-    x = _per_tensor(ctx.affine(node.inputs[0]))
-    if x.type.dtype.bits > 8:
-        raise Unsupported(f"{x.type.dtype.name} input: lookup tables need 8-bit inputs")
+    x = lut_input(ctx.affine(node.inputs[0]))
     out = ctx.output_type(node.outputs[0])
     if not out.per_tensor:
         raise Unsupported("per-axis output qparams")

@@ -1,7 +1,7 @@
 """Lookup tables: the integer form of elementwise nonlinearities.
 
-For an 8-bit input type the whole function is 2**8 values, computed offline in
-float32 exactly as a DequantizeLinear -> op -> QuantizeLinear chain would.
+For an 8-bit input type the whole function is 2**8 values (2**16 for a 16-bit one),
+computed offline in float32 exactly as a DequantizeLinear -> op -> QuantizeLinear chain would.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ ELEMENTWISE = {
 
 
 def lookup_table(fn, src: AffineType, dst: AffineType, attrs: dict) -> np.ndarray:
-    """``quantize(fn(dequantize(q)))`` for every q of the 8-bit input type."""
+    """``quantize(fn(dequantize(q)))`` for every q of the (8- or 16-bit) input type."""
     q = np.arange(src.dtype.qmin, src.dtype.qmax + 1)
     real = fn(src.real(q), attrs).astype(np.float32)
     return numerics.quantize(real, dst.scale, dst.zero_point, out_dtype=dst.dtype.name)

@@ -402,8 +402,19 @@ def test_lut_errors():
         run_kernel("lut", np.zeros(3, np.uint8), np.zeros((2, 128), np.uint8))
     with pytest.raises(QnnxError, match="table has 2 rows but axis 1 of x has 3 channels"):
         run_kernel("lut", np.zeros((1, 3, 2), np.uint8), np.zeros((2, 256), np.uint8), axis=1)
-    with pytest.raises(QnnxError, match="8-bit or narrower, got int16"):
-        run_kernel("lut", np.zeros(3, np.int16), np.zeros(65536, np.int16))
+    with pytest.raises(QnnxError, match="16-bit or narrower, got int32"):
+        run_kernel("lut", np.zeros(3, np.int32), np.zeros(65536, np.int16))
+    with pytest.raises(QnnxError, match="65536 entries per row for uint16 input, got shape \\(256,\\)"):
+        run_kernel("lut", np.zeros(3, np.uint16), np.zeros(256, np.uint16))
+
+
+@pytest.mark.parametrize("xt", ["int16", "uint16"])
+def test_lut_16_bit_input(xt, rng):
+    # every value of the 16-bit type indexes its own entry, offset by the type's minimum
+    lo, hi = qrange(xt)
+    table = rand_int(rng, "int16", hi - lo + 1)
+    x = np.arange(lo, hi + 1).astype(xt)[::-1].reshape(4, -1)
+    np.testing.assert_array_equal(run_kernel("lut", x, table), table[::-1].reshape(4, -1))
 
 
 # --------------------------------------------------------------------------- schemas

@@ -308,11 +308,13 @@ def test_global_avg_pool(rounding, compute):
     _compare(m, {"x": x})
 
 
-@pytest.mark.parametrize("xdtype,tdtype", [(np.int8, np.int8), (np.uint8, np.uint8), (np.int8, np.uint8)])
+@pytest.mark.parametrize("xdtype,tdtype", [(np.int8, np.int8), (np.uint8, np.uint8), (np.int8, np.uint8),
+                                           (np.int16, np.int16), (np.uint16, np.uint16), (np.uint16, np.uint8)])
 def test_lut(xdtype, tdtype):
     rng = np.random.default_rng(19)
     x = _rand_int(rng, xdtype, (3, 50))
-    table = _rand_int(rng, tdtype, (256,))
+    x.reshape(-1)[:2] = np.iinfo(xdtype).min, np.iinfo(xdtype).max  # both ends of the table
+    table = _rand_int(rng, tdtype, (1 << (8 * np.dtype(xdtype).itemsize),))
     m = _model("lut", {"x": x}, dict(table=table), ["x", "table"], {})
     _compare(m, {"x": x})
 
