@@ -1,10 +1,12 @@
 """One rule per float op for fake-quantization-to-integer (see :mod:`qnnx.frontends.fq2i`).
 
     Reshape/Transpose/Flatten/Squeeze/Unsqueeze/Slice/Split/Gather/Expand/Tile/Identity,
-    MaxPool, Resize(nearest), Pad                -> same op on the integers, same affine type
+    MaxPool, Resize(nearest), Pad                -> same op on the integers, same affine type (16-bit
+                                                 MaxPool/Resize between Casts through float32)
     Relu, Clip                                   -> integer Clip to the quantized bounds
     Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu, Exp, Erf, Gelu, Elu, Softplus
-                                                 -> qnnx.lut (table built offline), consumer's type
+                                                 -> qnnx.lut (table built offline, 8- or 16-bit input),
+                                                 consumer's type
     Conv (+bias)                                 -> qnnx.conv, int32 accumulator, scale sx*sw
     ConvTranspose (+bias)                        -> qnnx.conv_transpose (weights per-channel on axis 1)
     BatchNormalization (inference)               -> per-channel qnnx.lut (8-bit, ORT's float recipe), else
