@@ -107,7 +107,7 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
     for k, layer in enumerate(layers):
         c_out, taps = layer.w.shape
-        if layer.count < MIN_PATCHES_PER_TAP * taps:
+        if _too_few_patches(layer.count, layer):
             records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
                                           reason=f"{layer.count} input patches for {taps} taps: too few to rank "
                                                  "roundings by"))
@@ -190,7 +190,7 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
         for layer in layers:
             x = values[layer.node.inputs[0].name]
             if k == 0 and fixed:  # from the shape alone: no padded copy of x
-                layer.thin = _patch_count(x.shape, layer) * len(samples) < MIN_PATCHES_PER_TAP * layer.w.shape[1]
+                layer.thin = _too_few_patches(_patch_count(x.shape, layer) * len(samples), layer)
             if layer.thin:
                 layer.count += _patch_count(x.shape, layer)
                 continue
@@ -198,6 +198,11 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
             layer.h = h if layer.h is None else layer.h + h
             layer.p_sum = s if layer.p_sum is None else layer.p_sum + s
             layer.count += n
+
+
+def _too_few_patches(count: int, layer: _Layer) -> bool:
+    """Fewer than ``MIN_PATCHES_PER_TAP`` input patches per tap: ``H`` too thin to rank roundings by."""
+    return count < MIN_PATCHES_PER_TAP * layer.w.shape[1]
 
 
 def _max_positions(layer: _Layer, channels: int) -> int:
