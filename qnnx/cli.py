@@ -368,13 +368,32 @@ def bench(
         threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
         repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
 ) -> None:
-    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
     from qnnx.terminal import show_latency
 
     for m in models:
         if not Path(m).is_file():
             raise QnnxError("file not found", where=m)
-    show_latency(median_latency_ms(models, data, threads=threads, repeats=repeats), threads)
+    show_latency(median_latency_ms(models, feed=_bench_feed(models[0], data), threads=threads, repeats=repeats),
+                 threads)
+
+
+def _bench_feed(model_path: str, data):
+    """The first sample of ``data``, or random values for a model with static input shapes."""
+    import numpy as np
+
+    from qnnx.data import CalibrationData, input_specs
+    from qnnx.ir import load_model
+
+    specs = input_specs(load_model(model_path))
+    if data is not None:
+        return next(iter(CalibrationData.from_source(data).bind(specs).head(1)))
+    feed = {}
+    for s in specs:
+        if s.shape is None or any(d is None for d in s.shape):
+            raise QnnxError(f"input {s.name!r} has dynamic dims: give --data with a sample", where=model_path)
+        feed[s.name] = np.random.default_rng(0).standard_normal(s.shape).astype(np.float32)
+    return feed
 
 
 @app.command("ops", short_help="list the qnnx dialect's ops",

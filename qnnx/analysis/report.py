@@ -32,8 +32,8 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import runtime
-from qnnx.analysis.compare import LayerError, _session, compare_models
-from qnnx.autoquant.config import QuantReport
+from qnnx.analysis.compare import LayerError, compare_models
+from qnnx.autoquant.report import QuantReport
 from qnnx.autoquant.data import input_specs, iter_samples
 from qnnx.calibrate.observers import quant_range
 from qnnx.errors import QnnxError
@@ -215,7 +215,8 @@ def _hist_chart(t: QuantizedTensor, label: str, ref: np.ndarray, got: np.ndarray
 def _collect(fm: ir.Model, qm: ir.Model, tensors: list[QuantizedTensor], feeds: list[dict]):
     """Strided subsamples of each tensor (float model, dequantized in the QDQ model) and the exact
     share of float values outside the clip range."""
-    fs, qs = _session(fm, [t.name for t in tensors]), _session(qm, [t.dequantized for t in tensors])
+    fs = runtime.session(fm, outputs=[t.name for t in tensors])
+    qs = runtime.session(qm, outputs=[t.dequantized for t in tensors])
     per = max(1, _HIST_VALUES // max(len(feeds), 1))
     ref = {t.name: [] for t in tensors}
     got = {t.name: [] for t in tensors}

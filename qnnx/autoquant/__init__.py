@@ -1,6 +1,7 @@
 """Automatic static quantization of float models (see pipeline.py for the stages)."""
 
-from qnnx.autoquant.config import Decision, QuantConfig, QuantReport
+from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.report import Decision, QuantReport
 from qnnx.autoquant.images import ImageFolder, ImagePreprocess
 from qnnx.autoquant.pipeline import QuantizedModel, quantize
 

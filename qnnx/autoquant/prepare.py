@@ -22,7 +22,8 @@
 
 from __future__ import annotations
 
-import json
+import fnmatch
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -39,15 +40,31 @@ from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 MIN_OPSET = 13
-FOLDED_INTO = "qnnx.prepare.folded_into"  # graph metadata: JSON {folded node's user name: absorbing node's name}
 LAYER_NORM_OPSET = 17  # LayerNormalization's first opset
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """:func:`prepared`'s result: the cleaned float model, the user's name of each node folded into
+    another -> that node's name (so ``exclude_nodes`` naming a folded Add excludes the Conv that now
+    computes it), and the op types of the model as given."""
+
+    model: ir.Model
+    renames: dict[str, str]
+    source_op_types: frozenset[str]
+
+
 def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_types=()) -> ir.Model:
-    """The cleaned float model; ``min_opset`` is raised to 21 by callers that emit 16-bit Q/DQ.
-    ``exclude_nodes`` / ``exclude_op_types``: what the user keeps float (QuantConfig's); a HardSwish
-    among them stays whole."""
+    """The cleaned float model (:func:`prepared` without its records)."""
+    return prepared(model, min_opset=min_opset, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types).model
+
+
+def prepared(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_types=()) -> Prepared:
+    """The cleaned float model and what preparing it renamed; ``min_opset`` is raised to 21 by callers
+    that emit 16-bit Q/DQ. ``exclude_nodes`` (names or glob patterns) / ``exclude_op_types``: what the
+    user keeps float; a HardSwish among them stays whole."""
     m = load_model(model)
+    source_op_types = frozenset(n.op_type for n in m.graph)
     opset = m.opset_imports.get("", None)
     if opset is None:
         raise QnnxError("model has no default-domain opset import")
@@ -86,19 +103,13 @@ def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_t
     fold_shift_into_unpadded_conv(m.graph, folded)
     fuse_matmul_add_into_gemm(m.graph, folded)
     if "HardSwish" not in exclude_op_types:
-        spell_out_hard_swish(m.graph, frozenset(exclude_nodes))
+        spell_out_hard_swish(m.graph, frozenset(n.name for n in m.graph if n.op_type == "HardSwish"
+                                                and any(fnmatch.fnmatchcase(n.name, p) for p in exclude_nodes)))
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
-    if folded:
-        m.graph.metadata_props[FOLDED_INTO] = json.dumps(
-            {user_names[name]: node.name for name, node in folded.items() if name in user_names and node.graph is m.graph})
-    return m
-
-
-def folded_into(model: ir.Model) -> dict[str, str]:
-    """Pop what :func:`prepare` recorded: the user's name of each node folded into another -> that node's
-    name (so ``exclude_nodes`` naming a folded Add excludes the Conv that now computes it)."""
-    return json.loads(model.graph.metadata_props.pop(FOLDED_INTO, "{}"))
+    renames = {user_names[name]: node.name for name, node in folded.items()
+               if name in user_names and node.graph is m.graph}
+    return Prepared(m, renames, source_op_types)
 
 
 class _SpelledOutLayerNorm(orp.RewriteRuleClassBase):

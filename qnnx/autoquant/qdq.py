@@ -50,10 +50,10 @@ def _insert_qdq(graph: ir.Graph, v: ir.Value, qp: QParams, readers: set[str] | N
     q.shape = v.shape
     dq = b.op("DequantizeLinear", [q, scale, zp], hint="DequantizeLinear", **axis)
     dq.type, dq.shape = v.type, v.shape
-    _insert_after(graph, v, b.nodes, dq, readers)
+    insert_after(graph, v, b.nodes, dq, readers)
 
 
-def _insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Value,
+def insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Value,
                   readers: set[str] | None) -> None:
     """Insert ``nodes`` (computing ``out`` from ``v``) right after ``v`` is made; the readers of ``v``
     (all, or the nodes named in ``readers``) read ``out``; a graph output ``v`` hands its name to ``out``."""
@@ -78,7 +78,7 @@ def _insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Va
         graph.outputs[idx] = out
 
 
-def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
+def quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
                         hint: str) -> None:
     b = Builder(graph, node.name or node.op_type)
     w_q = b.const(q, f"{hint}_quantized")
@@ -219,7 +219,7 @@ class AffineRewriter:
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
                 q = numerics.quantize(w, qp.scale, qp.zero_point, axis=-1, out_dtype=qp.dtype)
                 for i in idx:
-                    _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, None, f"in{i}")
+                    quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, None, f"in{i}")
         if bias is not None and x is not None and w_handle is not None:
             # The bias is an input of the anchor (Conv, Gemm) or of a fused Add after it (MatMul).
             holder = next(self.nodes[n.name] for n in match.nodes if any(v is match.bias for v in n.inputs))
@@ -250,14 +250,14 @@ class QDQRewriter(AffineRewriter):
             qp = _fit_bias(qp, bias, x.scale)
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
         for i in idx:
-            _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+            quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
         return qp
 
     def bias(self, holder, idx, bias, x, w):
         bias_scale = int32_bias_scale(x.scale, w.scale, bias.shape)
         q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
         for i in idx:
-            _quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+            quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
                                 "bias")
 
     def fold_scale(self, match) -> None:
@@ -410,7 +410,7 @@ def shifts_as_zero_points(graph: ir.Graph) -> int:
             replace_value(graph, d.outputs[0], out)
         for holder, index, q_bias, bias_scale in biases:
             old = holder.inputs[index].producer()
-            _quantized_constant(graph, holder, index, q_bias, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+            quantized_constant(graph, holder, index, q_bias, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
                                 "rescaled_bias")
             _drop_if_dead(graph, old)
         constant_dq = add.inputs[1 - i].producer()
