@@ -9,6 +9,8 @@ with exit 1, because exit 2 means a bug in qnnx here.
 from __future__ import annotations
 
 import enum
+import functools
+from inspect import Signature, signature
 import sys
 import tempfile
 import traceback
@@ -23,6 +25,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, METHODS, SPEED_FALLBACKS, WEIGHT_ROUNDINGS,
                                    QuantConfig)
+from qnnx.data import CalibrationData, ImagePreprocess
 from qnnx.errors import QnnxError
 
 # Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
@@ -44,10 +47,10 @@ class Format(str, enum.Enum):
 SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
 BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
-Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.autoquant.images.PRESETS
+Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
-_IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
+_IMAGES = "images (a sample directory of .jpg/.png/.bmp/.webp)"
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
 
@@ -142,9 +145,62 @@ def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX q
     show_lines(f"wrote {out} ({m.graph.num_nodes()} standard ONNX ops, no qnnx ops)")
 
 
+def _image_preprocess(
+        preprocess: Annotated[Preset | None, typer.Option(
+            "--preprocess", metavar="PRESET", show_default=False, rich_help_panel=_IMAGES,
+            help="image preprocessing preset: imagenet (shorter side 256, centre crop 224, ImageNet mean/std) or "
+            "yolo (640 letterbox, /255); the options below override it")] = None,
+        resize: Annotated[str | None, typer.Option(
+            "--resize", metavar="HxW", show_default=False, rich_help_panel=_IMAGES,
+            help="resize every image to H x W (N for N x N), stretched unless --letterbox")] = None,
+        letterbox: Annotated[bool, typer.Option(
+            "--letterbox", rich_help_panel=_IMAGES, help="keep the aspect ratio and pad (to --resize)")] = False,
+        scale: Annotated[str | None, typer.Option(
+            "--scale", metavar="S", show_default=False, rich_help_panel=_IMAGES,
+            help="multiply pixels (0..255) by S, e.g. 1/255 (the default) or 1")] = None,
+        mean: Annotated[str | None, typer.Option(
+            "--mean", metavar="M[,M,M]", show_default=False, rich_help_panel=_IMAGES,
+            help="subtract after scaling, per channel in output order (default 0)")] = None,
+        std: Annotated[str | None, typer.Option(
+            "--std", metavar="S[,S,S]", show_default=False, rich_help_panel=_IMAGES,
+            help="then divide, per channel (default 1)")] = None,
+        channel_order: Annotated[ChannelOrder | None, typer.Option(
+            "--channel-order", show_default=False, rich_help_panel=_IMAGES, help="default rgb")] = None,
+        layout: Annotated[Layout | None, typer.Option(
+            "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
+) -> ImagePreprocess | None:
+    """The image preprocessing options, defined once (:func:`image_options` adds them to a command), and
+    the ImagePreprocess they describe, or None when none is given."""
+    from qnnx.data.images import preprocess_from_options
+
+    try:
+        return preprocess_from_options(preset=preprocess.value if preprocess else None, resize=resize, mean=mean,
+                                       std=std, scale=scale,
+                                       channel_order=channel_order.value if channel_order else None,
+                                       layout=layout.value if layout else None, letterbox=letterbox)
+    except QnnxError as e:  # a bad option value is a usage error
+        raise UsageError(str(e)) from None
+
+
+def image_options(command):
+    """Give ``command`` the image preprocessing options; it receives the ImagePreprocess they describe
+    (or None) as its ``images`` argument. One definition for quantize, compare and bench."""
+    own = [p for p in signature(command, eval_str=True).parameters.values() if p.name != "images"]
+    extra = list(signature(_image_preprocess, eval_str=True).parameters.values())
+
+    @functools.wraps(command)
+    def with_images(**kwargs):
+        given = {p.name: kwargs.pop(p.name) for p in extra}
+        return command(**kwargs, images=_image_preprocess(**given))
+
+    with_images.__signature__ = Signature(own + extra)
+    return with_images
+
+
 @app.command("quantize", short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why.'))
+@image_options
 def quantize(
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
@@ -222,45 +278,22 @@ def quantize(
             "only when all-int8 is not already 1.2x faster than float after one timing (graphs under 0.5 ms "
             "are not timed), on = always (~20 s), off = never")] = SpeedFallback(QuantConfig.speed_fallback),
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
-        preprocess: Annotated[Preset | None, typer.Option(
-            "--preprocess", metavar="PRESET", show_default=False, rich_help_panel=_IMAGES,
-            help="image preprocessing preset: imagenet (shorter side 256, centre crop 224, ImageNet mean/std) or "
-            "yolo (640 letterbox, /255); the options below override it")] = None,
-        resize: Annotated[str | None, typer.Option(
-            "--resize", metavar="HxW", show_default=False, rich_help_panel=_IMAGES,
-            help="resize every image to H x W (N for N x N), stretched unless --letterbox")] = None,
-        letterbox: Annotated[bool, typer.Option(
-            "--letterbox", rich_help_panel=_IMAGES, help="keep the aspect ratio and pad (to --resize)")] = False,
-        scale: Annotated[str | None, typer.Option(
-            "--scale", metavar="S", show_default=False, rich_help_panel=_IMAGES,
-            help="multiply pixels (0..255) by S, e.g. 1/255 (the default) or 1")] = None,
-        mean: Annotated[str | None, typer.Option(
-            "--mean", metavar="M[,M,M]", show_default=False, rich_help_panel=_IMAGES,
-            help="subtract after scaling, per channel in output order (default 0)")] = None,
-        std: Annotated[str | None, typer.Option(
-            "--std", metavar="S[,S,S]", show_default=False, rich_help_panel=_IMAGES,
-            help="then divide, per channel (default 1)")] = None,
-        channel_order: Annotated[ChannelOrder | None, typer.Option(
-            "--channel-order", show_default=False, rich_help_panel=_IMAGES, help="default rgb")] = None,
-        layout: Annotated[Layout | None, typer.Option(
-            "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
         report_dir: Annotated[str | None, typer.Option(
             "--report", metavar="DIR", show_default=False,
             help="also write an HTML report to DIR: index.html (decisions, per-output error, per-layer SQNR, "
             "activation histograms of the worst layers) with its PNG charts; replaces only a previous report")]
         = None,
+        images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
+    from qnnx.data import CalibrationData
     from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
         raise UsageError("one of the arguments --calib --random-calibration is required")
     if calib is not None and random_calibration:
         raise UsageError("--calib and --random-calibration are mutually exclusive")
-    images = _image_preprocess(preprocess, resize, mean, std, scale, channel_order, layout, letterbox)
-    if images is not None and calib is None:
-        raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
     out = _output_path(model, output)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
@@ -282,16 +315,12 @@ def quantize(
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
-        calibration = _random_samples(model, num_samples or 16, seed)
-    elif images is not None:
-        from qnnx.autoquant.images import ImageFolder
-
-        calibration = ImageFolder(calib, images)
-    else:
-        calibration = calib
+        calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
+    else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
+        calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     qm = quantize_model(model, calibration, config)
     qm.save(out, format=format.value)
-    errors = compare_models(model, qm.qdq, calibration, num_samples=_SUMMARY_SAMPLES)
+    errors = compare_models(model, qm.qdq, calibration.head(_SUMMARY_SAMPLES))
     show_quant_report(qm.report, f"wrote {out} ({format.value})", errors=errors)
     if report_dir is not None:
         from qnnx.analysis.report import write_report
@@ -299,23 +328,23 @@ def quantize(
         show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
 
 
-def _image_preprocess(preset, resize, mean, std, scale, channel_order, layout, letterbox):
-    """The ImagePreprocess the image options describe, or None when none is given."""
-    from qnnx.autoquant.images import preprocess_from_options
+def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:
+    """The one CalibrationData a command reads: the directory ``path`` of .npy/.npz, or of images when
+    image options were given (a usage error without ``path``); None when neither."""
+    from qnnx.data import CalibrationData, ImageFolder
 
-    try:
-        return preprocess_from_options(preset=preset.value if preset else None, resize=resize, mean=mean, std=std,
-                                       scale=scale, channel_order=channel_order.value if channel_order else None,
-                                       layout=layout.value if layout else None, letterbox=letterbox)
-    except QnnxError as e:  # a bad option value is a usage error
-        raise UsageError(str(e)) from None
+    if images is not None and path is None:
+        raise UsageError(f"image preprocessing options need {option} DIR (a directory of images)")
+    if path is None:
+        return None
+    return CalibrationData.from_source(ImageFolder(path, images) if images is not None else path, **limits)
 
 
 def _random_samples(model_path: str, n: int, seed: int):
     """Standard-normal samples for a model with static input shapes (only behind --random-calibration)."""
     import numpy as np
 
-    from qnnx.autoquant.data import input_specs
+    from qnnx.data import input_specs
     from qnnx.ir import load_model
 
     specs = input_specs(load_model(model_path))
@@ -339,42 +368,51 @@ def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
 @app.command("compare", short_help='per-output and per-layer error vs the float model',
              help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
                    'max error), worst layers first.'))
+@image_options
 def compare(
         float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
         quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
                                                   "by name)", "QUANT_MODEL")],
-        data: Annotated[str, typer.Option("--data", metavar="DIR", show_default=False,
-                                          help="samples: .npy (single input) or .npz by input name")],
+        data: Annotated[str, typer.Option(
+            "--data", metavar="DIR", show_default=False,
+            help="samples: .npy (single input) or .npz by input name; or images (.jpg .jpeg .png .bmp .webp) with "
+            "--preprocess and/or --resize")],
         num_samples: Annotated[int | None, typer.Option("--num-samples", min=1, show_default=False,
-                                                           help="use at most this many samples (default: all)")]
+                                                           help="use the first N samples (default: all)")]
         = None,
         top: Annotated[int, typer.Option("--top", min=0, help="how many layers to list")] = 20,
+        images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.terminal import show_compare
 
-    show_compare(compare_models(float_model, quant_model, data, num_samples=num_samples), top)
+    samples = _samples(data, images, "--data", num_samples=num_samples, seed=None)
+    show_compare(compare_models(float_model, quant_model, samples), top)
 
 
 @app.command("bench", short_help='median ONNX Runtime latency and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
                    ' to the first.'))
+@image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
         data: Annotated[str | None, typer.Option(
             "--data", metavar="DIR", show_default=False,
-            help="take the input from the first sample here (needed for dynamic dims; default: random values)")]
+            help="take the input from the first sample here: .npy/.npz, or images with --preprocess and/or "
+            "--resize (needed for dynamic dims; default: random values)")]
         = None,
         threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
         repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
+        images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis.latency import median_latency_ms
     from qnnx.terminal import show_latency
 
+    samples = _samples(data, images, "--data")
     for m in models:
         if not Path(m).is_file():
             raise QnnxError("file not found", where=m)
-    show_latency(median_latency_ms(models, data, threads=threads, repeats=repeats), threads)
+    show_latency(median_latency_ms(models, samples, threads=threads, repeats=repeats), threads)
 
 
 @app.command("ops", short_help="list the qnnx dialect's ops",

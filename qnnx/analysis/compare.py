@@ -16,7 +16,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import runtime
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
 
@@ -107,21 +107,29 @@ def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
     return runtime.session(model, outputs=names)
 
 
+def _bound(data, model: ir.Model, num_samples: int | None = None) -> CalibrationData:
+    """``data`` (anything :meth:`CalibrationData.from_source` takes) bound to ``model``'s inputs: its
+    first ``num_samples`` samples, or all of them."""
+    data = CalibrationData.from_source(data)
+    return (data if num_samples is None else data.head(num_samples)).bind(input_specs(model))
+
+
 def float_outputs(float_model, data, *, num_samples: int | None = None) -> list[dict[str, np.ndarray]]:
     """The float model's graph outputs, per sample: the reference for :func:`compare_models` (``reference=``)
     when several quantized versions are compared on the same few samples, so the float model runs once."""
     fm = load_model(float_model)
     names = [v.name for v in fm.graph.outputs]
     sess = _session(fm, names)
-    return [dict(zip(names, runtime.run(sess, names, feed))) for feed in iter_samples(data, input_specs(fm), num_samples)]
+    return [dict(zip(names, runtime.run(sess, names, feed))) for feed in _bound(data, fm, num_samples)]
 
 
 def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
                    outputs_only: bool = False, reference: list[dict[str, np.ndarray]] | None = None
                    ) -> list[LayerError]:
     """Error statistics per tensor present in both models, worst SQNR first (outputs included;
-    only the float model's graph outputs with ``outputs_only``). ``reference``: the float model's outputs
-    on ``data`` from :func:`float_outputs` (``outputs_only`` only), instead of running it again."""
+    only the float model's graph outputs with ``outputs_only``), on the first ``num_samples`` samples of
+    ``data`` (a :class:`CalibrationData` or anything it is built from). ``reference``: the float model's
+    outputs on them from :func:`float_outputs` (``outputs_only`` only), instead of running it again."""
     if reference is not None and not outputs_only:
         raise ValueError("a reference holds graph outputs only: pass outputs_only=True")
     fm, qm = load_model(float_model), load_model(quant_model)
@@ -137,7 +145,7 @@ def compare_models(float_model, quant_model, data, *, num_samples: int | None = 
         raise QnnxError("the two models share no tensor names to compare")
     fs, qs = None if reference is not None else _session(fm, common), _session(qm, common)
     stats = {n: LayerError(n, *fv[n]) for n in common}
-    for k, feed in enumerate(iter_samples(data, input_specs(fm), num_samples)):
+    for k, feed in enumerate(_bound(data, fm, num_samples)):
         fr = runtime.run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
         for n, a, b in zip(common, fr, runtime.run(qs, common, feed)):
             stats[n].add(np.asarray(a), np.asarray(b))

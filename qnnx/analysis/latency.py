@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from qnnx import runtime
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
 
@@ -16,7 +16,7 @@ from qnnx.ir import load_model
 def _feed(model_path: str, data) -> dict[str, np.ndarray]:
     specs = input_specs(load_model(model_path))
     if data is not None:
-        return next(iter_samples(data, specs, 1))
+        return next(iter(CalibrationData.from_source(data).head(1).bind(specs)))
     feed = {}
     for s in specs:
         if s.shape is None or any(d is None for d in s.shape):
@@ -28,7 +28,8 @@ def _feed(model_path: str, data) -> dict[str, np.ndarray]:
 def median_latency_ms(models: list[str], data=None, *, feed: dict[str, np.ndarray] | None = None, threads: int = 1,
                       repeats: int = 20, warmup: int = 3) -> dict[str, float]:
     """Median milliseconds per run for each model (all models get the same input: ``feed``, the
-    first sample of ``data``, or random values for static shapes)."""
+    first sample of ``data`` (a :class:`CalibrationData` or anything it is built from), or random
+    values for static shapes)."""
     feed = feed if feed is not None else _feed(models[0], data)
     sessions = {}
     for path in models:

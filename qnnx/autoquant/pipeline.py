@@ -36,7 +36,7 @@ from qnnx import runtime
 from qnnx.autoquant.bias_correction import CorrectionCheck, correct_biases, correct_biases_sequentially
 from qnnx.autoquant.weight_rounding import round_conv_weights
 from qnnx.autoquant.config import HISTOGRAM_METHODS, Decision, OutputAgreement, QuantConfig, QuantReport
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.data import input_specs, iter_samples
 from qnnx.autoquant.fusion_check import unfused
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import PATTERNS, MatchFail, PatternMatch, Target, pattern_named, patterns_for
@@ -583,7 +583,7 @@ def _checked(the_plan: Plan, act_qparams: dict) -> Plan:
 
 def quantize(model, calibration, config: QuantConfig | None = None) -> QuantizedModel:
     """Quantize a float model with representative ``calibration`` samples (no labels):
-    a directory of .npy/.npz files, an :class:`~qnnx.autoquant.images.ImageFolder` (image files with
+    a directory of .npy/.npz files, an :class:`~qnnx.data.images.ImageFolder` (image files with
     their preprocessing), or an iterable of arrays (single input) / dicts by input name."""
     config = config or QuantConfig()
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.data import input_specs, iter_samples
 from qnnx.ir import Builder, const_array
 
 
