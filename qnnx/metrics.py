@@ -145,5 +145,5 @@ def compare_models(float_model, quant_model, data, *, num_samples: int | None = 
 
 
 def _samples(data, model: ir.Model, num_samples: int | None) -> CalibrationData:
-    samples = CalibrationData.from_source(data).bind(input_specs(model))
-    return samples.head(num_samples) if num_samples is not None else samples
+    samples = CalibrationData.from_source(data)
+    return (samples if num_samples is None else samples.head(num_samples)).bind(input_specs(model))

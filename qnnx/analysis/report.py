@@ -34,7 +34,7 @@ import onnx_ir as ir
 from qnnx import runtime
 from qnnx.analysis.compare import LayerError, compare_models
 from qnnx.autoquant.report import QuantReport
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.data import CalibrationData, input_specs
 from qnnx.calibrate.observers import quant_range
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
@@ -296,8 +296,8 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
 
     ``quantized_model`` is a :class:`~qnnx.autoquant.pipeline.QuantizedModel` (its QDQ model and its
     report) or a QDQ model (path, ModelProto, ir.Model; then there are no decisions to show).
-    ``samples`` is anything :func:`qnnx.quantize` takes as calibration; the first ``num_samples``
-    are used. ``histograms`` is how many of the worst layers get an activation histogram.
+    ``samples`` is a :class:`~qnnx.data.CalibrationData` or anything it is built from; its first
+    ``num_samples`` are used. ``histograms`` is how many of the worst layers get an activation histogram.
     """
     from qnnx.autoquant.pipeline import QuantizedModel
 
@@ -310,7 +310,8 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
         qm, report, q_name = quantized_model.qdq, quantized_model.report, "(QuantizedModel)"
     else:
         qm, report, q_name = load_model(quantized_model), None, _model_name(quantized_model)
-    feeds = list(iter_samples(samples, input_specs(fm), num_samples))
+    used = CalibrationData.from_source(samples).head(num_samples).bind(input_specs(fm))
+    feeds = list(used)
     errors = compare_models(fm, qm, feeds)
     by_name = {e.name: e for e in errors}
     producers = {o.name: n for n in fm.graph for o in n.outputs}
@@ -326,7 +327,7 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
     try:
         body = [f"<h1>{_e(title)}</h1>",
                 f'<p class="meta">float model: {_e(_model_name(float_model))}<br>quantized model: {_e(q_name)}<br>'
-                f"errors measured on {len(feeds)} sample(s)</p>",
+                f"errors measured on {len(feeds)} sample(s): {_e(used.describe())}</p>",
                 "<h2>Summary</h2>", _summary_html(report, len(tensors)),
                 "<h2>Outputs</h2>",
                 _table("outputs", ["output", "SQNR (dB)", "cosine", "max |error|"],

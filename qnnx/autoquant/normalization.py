@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from qnnx.autoquant.config import Decision
+from qnnx.autoquant.report import Decision
 from qnnx.autoquant.patterns import PatternMatch
 
 NORMALIZATIONS = frozenset({"LayerNormalization", "GroupNormalization", "InstanceNormalization",

@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import numerics
-from qnnx.autoquant.channel_padding import PaddingRecord, pad_depthwise_channels
+from qnnx.autoquant.patterns import pattern_named
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
 from qnnx.ir import Builder, const_array, drop_unused_initializers, replace_value
@@ -427,20 +427,9 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
     pattern realizes it: :meth:`qnnx.autoquant.patterns.Pattern.realize`), shaped for ONNX Runtime's
     kernels: :func:`float_max_pools` (no number changes), :func:`shifts_as_zero_points` (a constant add
     becomes a zero point, rounded to the input's scale)."""
-    from qnnx.autoquant.patterns import pattern_named
-
     rewriter = QDQRewriter(float_model, plan, value_qparams, config)
     for match in plan.matches:
         pattern_named(match.pattern).realize(match, rewriter)
     float_max_pools(rewriter.graph)
     shifts_as_zero_points(rewriter.graph)
     return rewriter.finish()
-
-
-def for_onnx_runtime(model: ir.Model) -> tuple[ir.Model, list[PaddingRecord]]:
-    """The QDQ model as written and timed for ONNX Runtime: a copy with each quantized depthwise conv's
-    channels padded to ORT's fast kernel (:mod:`qnnx.autoquant.channel_padding`; same output bits).
-    Kept out of :func:`realize_qdq`: the logical QDQ model (compared with the float model value by
-    value, bias-corrected, converted to the canonical form) keeps the true channel counts."""
-    copy = _model_copy(model)
-    return copy, pad_depthwise_channels(copy.graph)

@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
 from qnnx.autoquant.plan import Exclusions, activation_qparams, checked, plan
-from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.prepare import prepared as prepare_model
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.report import CalibrationRecord, OutputAgreement
 from qnnx.autoquant.smoothing import smooth
@@ -27,7 +27,6 @@ from qnnx.autoquant.state import QuantState, Stage
 from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
-from qnnx.ir import load_model
 from qnnx.metrics import compare_models, float_outputs
 from qnnx.targets import target
 
@@ -36,14 +35,13 @@ def run_prepare(state: QuantState) -> QuantState:
     """The cleaned float model (prepare.py), the renames it made, and the calibration data bound to
     its inputs with the first ``refinement_samples`` read."""
     config = state.config
-    source = load_model(state.source)
     # 16-bit QuantizeLinear/DequantizeLinear exist from opset 21 on.
-    prepared = prepare(source, min_opset=21 if config.activation_dtype.endswith("16") else 13,
+    prepared = prepare_model(state.source, min_opset=21 if config.activation_dtype.endswith("16") else 13,
                        exclude_nodes=config.exclude_nodes, exclude_op_types=config.exclude_op_types)
     data = CalibrationData.from_source(state.data, num_samples=config.calibration.num_samples,
                                        seed=config.calibration.seed).bind(input_specs(prepared.model))
     return replace(state, float_model=prepared.model, renames=prepared.renames,
-                   source_op_types=frozenset(n.op_type for n in source.graph), data=data,
+                   source_op_types=prepared.source_op_types, data=data,
                    samples=tuple(data.head(config.calibration.refinement_samples)))
 
 
