@@ -17,17 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from qnnx.calibrate.observers import CONSUMER_FUNCTIONS, OBSERVERS, HistogramObserver
 from qnnx.errors import QnnxError
 
-METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
-HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
+METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration method
+HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
-CONSUMER_FUNCTION_NAMES = ("silu", "sigmoid", "hardswish")  # calibrate.observers.CONSUMER_FUNCTIONS less identity
+CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
 def _choice(name: str, value, allowed: tuple) -> None:
