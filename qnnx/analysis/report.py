@@ -33,6 +33,7 @@ import onnx_ir as ir
 
 from qnnx import runtime
 from qnnx.analysis.compare import LayerError, compare_models
+from qnnx.autoquant.pipeline import QuantizedModel
 from qnnx.autoquant.report import QuantReport
 from qnnx.data import CalibrationData, input_specs
 from qnnx.calibrate.observers import quant_range
@@ -299,8 +300,6 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
     ``samples`` is a :class:`~qnnx.data.CalibrationData` or anything it is built from; its first
     ``num_samples`` are used. ``histograms`` is how many of the worst layers get an activation histogram.
     """
-    from qnnx.autoquant.pipeline import QuantizedModel
-
     if num_samples < 1 or histograms < 0:
         raise QnnxError("num_samples must be >= 1 and histograms >= 0")
     target = Path(directory)

@@ -24,6 +24,8 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import numerics
+from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.patterns import pattern_named
 from qnnx.autoquant.qdq import BIAS_LIMIT, AffineRewriter, insert_after, quantized_constant
 from qnnx.calibrate import QParams
 from qnnx.dialect import DOMAIN
@@ -166,9 +168,6 @@ def simulate_model(float_model: ir.Model, plan, config=None, *,
     same run-time qparams instead (the int32 bias stays simulated: QuantizeLinear has no int32).
     The same numbers; what calibration runs, because the exact lowering of simulated_quantize is a
     dozen elementwise ops per tensor (PP-OCR rec: 0.6 s per sample instead of 0.016 s in float)."""
-    from qnnx.autoquant.config import QuantConfig
-    from qnnx.autoquant.patterns import pattern_named
-
     config = config or QuantConfig()
     rewriter = SimulatedRewriter(float_model, plan, config, standard)
     for match in plan.matches:
