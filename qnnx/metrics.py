@@ -32,6 +32,7 @@ class LayerError:
     got_sq: float = 0.0
     max_abs: float = 0.0
     count: int = 0
+    nonfinite: int = 0  # elements that are inf/NaN in one model and not (or not the same) in the other
     # per channel (axis 1; one channel for a 0-D or 1-D tensor), while every sample has the same count
     channel_signal: np.ndarray | None = field(default=None, repr=False)
     channel_dot: np.ndarray | None = field(default=None, repr=False)
@@ -42,7 +43,9 @@ class LayerError:
             raise QnnxError(f"tensor {self.name!r} has shape {got.shape} in the quantized model, {ref.shape} in "
                             "the float model")
         r, g = ref.astype(np.float64), got.astype(np.float64)
-        d = (r - g).ravel()
+        same = (r == g) | (np.isnan(r) & np.isnan(g))  # equal infinities and NaNs are no error
+        self.nonfinite += int(np.count_nonzero(~same & ~(np.isfinite(r) & np.isfinite(g))))
+        d = np.where(same, 0.0, r - g).ravel()
         self.noise += float(d @ d)
         # per channel on (before, channel, after) views by einsum (no product temporaries the size of the
         # tensor); the whole tensor's sums are theirs
@@ -67,12 +70,19 @@ class LayerError:
 
     @property
     def sqnr_db(self) -> float:
+        """Signal over noise in dB: inf when identical, -inf when either model has inf/NaN the other has not
+        (or the signal is not finite)."""
+        if self.nonfinite or not (math.isfinite(self.noise) and math.isfinite(self.signal)):
+            return -math.inf
         if self.noise == 0:
             return math.inf
         return 10 * math.log10(max(self.signal, 1e-300) / self.noise)
 
     @property
     def cosine(self) -> float:
+        """NaN when either model has inf/NaN the other has not."""
+        if self.nonfinite or not all(math.isfinite(v) for v in (self.signal, self.got_sq, self.dot)):
+            return math.nan
         denom = math.sqrt(self.signal * self.got_sq)
         return 1.0 if denom == 0 and self.noise == 0 else (self.dot / denom if denom else 0.0)
 
@@ -83,7 +93,8 @@ class LayerError:
         :attr:`sqnr_db` it is not ruled by the loudest channels: YOLOv8n's output concatenates box
         coordinates (0..320) with class scores (0..1). Unlike a per-channel SQNR it does not reward
         silence: a class-score channel gone all zero has SQNR 0 dB, above that of a noisy but useful one."""
-        if self.channel_signal is None or not (self.channel_signal > 0).any():
+        if self.nonfinite or self.channel_signal is None or not np.isfinite(self.channel_signal).all() \
+                or not (self.channel_signal > 0).any():
             return math.nan
         live = self.channel_signal > 0
         s, dot, g = self.channel_signal[live], self.channel_dot[live], self.channel_got_sq[live]
