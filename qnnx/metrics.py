@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -23,9 +24,10 @@ from qnnx.ir import load_model
 
 @dataclass
 class LayerError:
-    name: str
+    name: str  # the tensor
     op_type: str
     is_output: bool
+    node: str = ""  # the float model's node computing it (the name ``exclude_nodes`` takes)
     signal: float = 0.0  # sum of ref**2
     noise: float = 0.0  # sum of (ref - got)**2
     dot: float = 0.0
@@ -102,16 +104,26 @@ class LayerError:
         return float(np.mean(np.where(denom > 0, dot / np.where(denom > 0, denom, 1.0), 0.0)))
 
 
-def _float_values(model: ir.Model) -> dict[str, tuple[str, bool]]:
+def _float_values(model: ir.Model) -> dict[str, tuple[str, bool, str]]:
+    """(op type, is a graph output, node name) of every float value a node computes, by name."""
     outputs = {v.name for v in model.graph.outputs}
     found = {}
     for node in model.graph:
         for o in node.outputs:
             if o.name and o.dtype is not None and o.dtype.is_floating_point():
-                found[o.name] = (node.op_type, o.name in outputs)
+                found[o.name] = (node.op_type, o.name in outputs, node.name or "")
     for v in model.graph.outputs:
-        found.setdefault(v.name, ("output", True))
+        found.setdefault(v.name, ("output", True, ""))
     return found
+
+
+def _unpadded(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """``got`` without the channels a target appended (axis 1, e.g. ONNX Runtime's depthwise padding):
+    the same tensor otherwise."""
+    if (ref.ndim >= 2 and got.ndim == ref.ndim and got.shape[1] > ref.shape[1]
+            and got.shape[:1] + got.shape[2:] == ref.shape[:1] + ref.shape[2:]):
+        return got[:, :ref.shape[1]]
+    return got
 
 
 def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
@@ -128,11 +140,13 @@ def float_outputs(float_model, data, *, num_samples: int | None = None) -> list[
 
 
 def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
-                   outputs_only: bool = False, reference: list[dict[str, np.ndarray]] | None = None
-                   ) -> list[LayerError]:
+                   outputs_only: bool = False, reference: list[dict[str, np.ndarray]] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> list[LayerError]:
     """Error statistics per tensor present in both models, worst SQNR first (outputs included;
     only the float model's graph outputs with ``outputs_only``). ``reference``: the float model's outputs
-    on ``data`` from :func:`float_outputs` (``outputs_only`` only), instead of running it again."""
+    on ``data`` from :func:`float_outputs` (``outputs_only`` only), instead of running it again.
+    Channels a target appended to a tensor (axis 1) are left out. ``progress(done, total)`` after each
+    sample."""
     if reference is not None and not outputs_only:
         raise ValueError("a reference holds graph outputs only: pass outputs_only=True")
     fm, qm = load_model(float_model), load_model(quant_model)
@@ -147,11 +161,15 @@ def compare_models(float_model, quant_model, data, *, num_samples: int | None = 
     if not common:
         raise QnnxError("the two models share no tensor names to compare")
     fs, qs = None if reference is not None else _session(fm, common), _session(qm, common)
-    stats = {n: LayerError(n, *fv[n]) for n in common}
-    for k, feed in enumerate(_samples(data, fm, num_samples)):
+    stats = {n: LayerError(n, fv[n][0], fv[n][1], fv[n][2]) for n in common}
+    samples = _samples(data, fm, num_samples)
+    for k, feed in enumerate(samples):
         fr = runtime.run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
         for n, a, b in zip(common, fr, runtime.run(qs, common, feed)):
-            stats[n].add(np.asarray(a), np.asarray(b))
+            a = np.asarray(a)
+            stats[n].add(a, _unpadded(a, np.asarray(b)))
+        if progress is not None:
+            progress(k + 1, len(samples))
     return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))
 
 

@@ -1,13 +1,40 @@
-"""``qnnx compare``: the per-tensor error of a quantized model against its float original, as text.
+"""``qnnx compare``: the per-tensor error of a quantized model against its float original.
 
-The statistics themselves are :mod:`qnnx.metrics` (automatic quantization measures with them too).
+The statistics are :mod:`qnnx.metrics` (automatic quantization measures with them too). A model
+qnnx quantized was built from the *prepared* float model (folded BatchNorms, biases and affine ops,
+fused Gemms): its tensor names follow that model, so it is the reference here, and a name means the
+same value on both sides. Preparation is checked to compute what the original computes.
 """
 
 from __future__ import annotations
 
+import math
+
+import onnx_ir as ir
+
+from qnnx.autoquant.prepare import prepare
+from qnnx.ir import load_model
 from qnnx.metrics import LayerError, compare_models, float_outputs
 
-__all__ = ["LayerError", "compare_models", "float_outputs", "format_table"]
+__all__ = ["LayerError", "compare", "compare_models", "float_outputs", "format_table", "made_by_qnnx"]
+
+
+def made_by_qnnx(model: ir.Model) -> bool:
+    return model.producer_name == "qnnx"
+
+
+def compare(float_model, quant_model, data, *, num_samples: int | None = None, progress=None) -> list[LayerError]:
+    """Per-tensor error of ``quant_model`` against ``float_model`` (prepared first when qnnx made the
+    quantized model, so its folded values are compared with what they compute); the tensors equal on
+    both sides (untouched by quantization) are left out, the outputs always kept."""
+    fm, qm = load_model(float_model), load_model(quant_model)
+    if made_by_qnnx(qm):
+        dtypes = {n.inputs[2].dtype for n in qm.graph if n.op_type == "QuantizeLinear" and len(n.inputs) > 2
+                  and n.inputs[2] is not None}
+        wide = any(d is not None and d.itemsize == 2 for d in dtypes)
+        fm = prepare(fm, min_opset=21 if wide else 13)
+    errors = compare_models(fm, qm, data, num_samples=num_samples, progress=progress)
+    return [e for e in errors if e.is_output or not math.isinf(e.sqnr_db) or e.sqnr_db < 0]
 
 
 def format_table(errors: list[LayerError], limit: int = 20) -> str:
@@ -15,7 +42,7 @@ def format_table(errors: list[LayerError], limit: int = 20) -> str:
     lines = ["outputs:"] + [f"  {e.name}: SQNR {e.sqnr_db:.1f} dB, cosine {e.cosine:.5f}, max |err| {e.max_abs:.4g}"
                             for e in outs]
     layers = [e for e in errors if not e.is_output][:limit]
-    lines.append(f"worst {len(layers)} layers (of {sum(not e.is_output for e in errors)}):")
-    lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.name}"
-              for e in layers]
+    lines.append(f"worst {len(layers)} layers (of {sum(not e.is_output for e in errors)} changed by quantization):")
+    lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.node or '-'}"
+              + (f" (tensor {e.name})" if e.node and e.name != e.node else "") for e in layers]
     return "\n".join(lines)

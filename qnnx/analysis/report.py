@@ -94,7 +94,9 @@ def quantized_tensors(qdq: ir.Model, float_names: set[str]) -> list[QuantizedTen
 
 
 def fmt_sqnr(v: float) -> str:
-    return "exact" if math.isinf(v) else f"{v:.2f}"
+    if math.isinf(v):
+        return "exact" if v > 0 else "inf/NaN"
+    return f"{v:.2f}"
 
 
 def fmt_cosine(v: float) -> str:
@@ -141,12 +143,15 @@ def format_summary(report: QuantReport, errors: list[LayerError] | None = None, 
     return "\n".join(lines)
 
 
-def format_errors(errors: list[LayerError], top: int = 5) -> list[str]:
-    """Two lines from :func:`compare_models`: the ``top`` worst layers by SQNR, the outputs' SQNR."""
-    worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors if not e.is_output][:top]
-    lines = [f"worst {len(worst)} layer(s) by SQNR: " + ", ".join(worst)] if worst else []
+def format_errors(errors: list[LayerError], top: int = 5, samples: int = 0) -> list[str]:
+    """Two lines from :func:`compare_models`: the ``top`` worst layers by SQNR (by node name, as
+    ``exclude_nodes`` takes them; layers quantization left exact are not listed), the outputs' SQNR."""
+    on = f" on {samples} calibration sample(s)" if samples else ""
+    worst = [f"{e.node or e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors
+             if not e.is_output and not (math.isinf(e.sqnr_db) and e.sqnr_db > 0)][:top]
+    lines = [f"worst {len(worst)} layer(s) by SQNR{on}: " + ", ".join(worst)] if worst else []
     outputs = [f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output]
-    return lines + (["output SQNR: " + ", ".join(outputs)] if outputs else [])
+    return lines + ([f"output SQNR{on}: " + ", ".join(outputs)] if outputs else [])
 
 
 # --------------------------------------------------------------------------- charts
@@ -166,19 +171,20 @@ def _bar_chart(layers: list[LayerError], labels: dict[str, str], path: Path) -> 
     shown = layers[:_BAR_LAYERS]
     finite = [e.sqnr_db for e in shown if not math.isinf(e.sqnr_db)]
     cap = (max(finite) if finite else 0.0) + 10.0  # where an exact (infinite SQNR) layer's bar ends
-    values = [cap if math.isinf(e.sqnr_db) else e.sqnr_db for e in shown]
+    # an exact layer's bar ends at the cap; a layer with inf/NaN the float model has not gets no bar
+    values = [(cap if e.sqnr_db > 0 else 0.0) if math.isinf(e.sqnr_db) else e.sqnr_db for e in shown]
     fig = _figure(9, 1.2 + 0.28 * len(shown))
     ax = fig.add_subplot()
     y = np.arange(len(shown))
     colors = ["#c0392b" if v < 20 else "#e67e22" if v < 30 else "#2e86c1" for v in values]
     bars = ax.barh(y, values, color=colors)
     for bar, e in zip(bars, shown):
-        if math.isinf(e.sqnr_db):
+        if math.isinf(e.sqnr_db) and e.sqnr_db > 0:
             bar.set_hatch("//")
             bar.set_facecolor("#d5dbdb")
     ax.set_yticks(y, [labels.get(e.name, e.name) for e in shown], fontsize=8)
     ax.invert_yaxis()  # worst on top
-    exact = any(math.isinf(e.sqnr_db) for e in shown)
+    exact = any(math.isinf(e.sqnr_db) and e.sqnr_db > 0 for e in shown)
     ax.set_xlabel("SQNR (dB), higher is better" + ("; hatched: exact (no error)" if exact else ""))
     ax.set_xlim(min(0.0, min(values, default=0.0)), cap * 1.02 if cap > 0 else 1.0)
     ax.grid(axis="x", alpha=0.3)

@@ -68,6 +68,7 @@ class QuantizedModel:
     qnnx integer model, and the report of every decision."""
 
     def __init__(self, state: QuantState):
+        self.float_model = state.float_model  # the prepared float model the QDQ model was made from
         self.qdq = state.qdq
         self.canonical = state.canonical
         self.report = state.report

@@ -82,7 +82,7 @@ class _Directory:
         return ((str(p), lambda specs, p=p: _load_file(p, specs)) for p in self.files)
 
     def count(self, limit: int | None = None) -> int:
-        return len(self.files)
+        return len(self.files) if limit is None else min(len(self.files), limit)
 
     def check(self, specs: list[InputSpec]) -> None:
         pass  # a .npy file for a multi-input model is refused when it is read, naming it
@@ -104,7 +104,7 @@ class _Images:
         return ((str(f), lambda specs, f=f: folder.feed(f, folder.input_spec(specs))) for f in self.files)
 
     def count(self, limit: int | None = None) -> int:
-        return len(self.files)
+        return len(self.files) if limit is None else min(len(self.files), limit)
 
     def check(self, specs: list[InputSpec]) -> None:
         self.folder.input_spec(specs)
@@ -126,7 +126,7 @@ class _Memory:
         return _numbered(self.samples)
 
     def count(self, limit: int | None = None) -> int:
-        return len(self.samples)
+        return len(self.samples) if limit is None else min(len(self.samples), limit)
 
     def check(self, specs: list[InputSpec]) -> None:
         pass
