@@ -45,9 +45,12 @@ class LayerError:
             raise QnnxError(f"tensor {self.name!r} has shape {got.shape} in the quantized model, {ref.shape} in "
                             "the float model")
         r, g = ref.astype(np.float64), got.astype(np.float64)
-        same = (r == g) | (np.isnan(r) & np.isnan(g))  # equal infinities and NaNs are no error
-        self.nonfinite += int(np.count_nonzero(~same & ~(np.isfinite(r) & np.isfinite(g))))
-        d = np.where(same, 0.0, r - g).ravel()
+        finite = np.isfinite(r) & np.isfinite(g)
+        if not finite.all():  # equal infinities (and NaN for NaN) are no error; any other inf/NaN is counted
+            same = (r == g) | (np.isnan(r) & np.isnan(g))
+            self.nonfinite += int(np.count_nonzero(~finite & ~same))
+            r, g = np.where(finite, r, 0.0), np.where(finite, g, 0.0)
+        d = (r - g).ravel()
         self.noise += float(d @ d)
         # per channel on (before, channel, after) views by einsum (no product temporaries the size of the
         # tensor); the whole tensor's sums are theirs

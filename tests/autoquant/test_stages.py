@@ -125,3 +125,20 @@ def test_exclusions_take_globs_and_name_the_closest_candidates():
         stages.PLAN(replace(state, config=QuantConfig(progress=False, exclude_nodes=(conv + "x",))))
     with pytest.raises(QnnxError, match="no node of that op type.*did you mean 'Conv'"):
         stages.PLAN(replace(state, config=QuantConfig(progress=False, exclude_op_types=("conv",))))
+
+
+def test_agreement_integerize_and_target_write_their_records_only():
+    state = stages.REALIZE(_upto("calibrate", _state()))
+    state = stages.AGREEMENT(state)
+    assert [o.name for o in state.report.outputs] == ["y"] and state.report.outputs[0].samples == 6
+    state = stages.INTEGERIZE(state)
+    assert any(n.domain == "qnnx" for n in state.canonical.graph) and state.report.left_in_float == []
+    state = stages.TARGET_CHECK(state)
+    record = state.report.records["onnxruntime"]
+    assert record.fusable >= 1 and record.unfused == []
+
+
+def test_prepare_record_says_the_prepared_model_matches_the_original():
+    state = stages.PREPARE(_state())
+    record = state.report.records["prepare"]
+    assert record.samples == 2 and record.max_error < 1e-5 and record.not_applied == () and record.lines() == []
