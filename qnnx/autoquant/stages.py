@@ -137,8 +137,9 @@ def run_smooth(state: QuantState) -> QuantState:
 def run_plan(state: QuantState) -> QuantState:
     exclusions = Exclusions(state.float_model, state.config, state.renames, state.source_op_types)
     the_plan = plan(state.float_model, state.config, exclusions)
-    if not the_plan.matches:
-        raise QnnxError("nothing to quantize: no node matched a quantization pattern")
+    if not the_plan.matches and not state.config.allow_float:
+        raise QnnxError("nothing was quantized: no node matched a quantization pattern (or every match was "
+                        "excluded); pass allow_float=True (--allow-float) to write the model all float")
     state.report.decisions = the_plan.decisions
     return replace(state, exclusions=exclusions, plan=the_plan)
 
@@ -146,6 +147,9 @@ def run_plan(state: QuantState) -> QuantState:
 def run_calibrate(state: QuantState) -> QuantState:
     config = state.config
     name = config.calibration.calibrator
+    if not state.plan.matches:  # allow_float: nothing to observe
+        state.report.calibration = CalibrationRecord(name, 0, 0.0, state.data.describe())
+        return replace(state, qparams={})
     result = CALIBRATORS[name](state.float_model, state.plan, state.data, config)
     the_plan, qparams = checked(state.plan, activation_qparams(state.plan, result.qparams, config))
     state.report.calibration = CalibrationRecord(name, result.samples, result.seconds, state.data.describe())
