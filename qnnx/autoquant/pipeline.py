@@ -32,7 +32,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from qnnx import runtime
+from qnnx import ops, runtime
 from qnnx.autoquant.bias_correction import CorrectionCheck, correct_biases, correct_biases_sequentially
 from qnnx.autoquant.weight_rounding import round_conv_weights
 from qnnx.autoquant.config import HISTOGRAM_METHODS, Decision, OutputAgreement, QuantConfig, QuantReport
@@ -50,13 +50,6 @@ from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_
 from qnnx.errors import QnnxError
 from qnnx.ir import save_model
 
-# Ops that only rearrange values: same multiset, so the same statistics as their input.
-PERMUTES_VALUES = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "DepthToSpace",
-                   "SpaceToDepth"}
-# Ops whose output is an exact subset/rearrangement of their input's values.
-SHARES_QPARAMS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather",
-                  "MaxPool", "Identity", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"}
-
 
 @dataclass
 class Plan:
@@ -72,22 +65,8 @@ class Plan:
         return set(self.groups.values()) - _known_outputs(self.matches)
 
 
-def _shares_qparams(node: ir.Node) -> bool:
-    """``node``'s output holds only values of its first input: nearest-neighbour Resize counts too
-    (ORT then runs it on uint8; with a requantize around it, it dequantized and resized in float)."""
-    if node.op_type == "Resize":
-        mode = node.attributes["mode"].value if "mode" in node.attributes else "nearest"
-        return mode == "nearest"
-    return node.op_type in SHARES_QPARAMS
-
-
 def _nearest_value(node: ir.Node) -> str:
     return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
-
-
-# Ops with no pattern that are not worth a "kept in float" line: they compute shapes or only move data.
-_QUIET_OPS = SHARES_QPARAMS | {"Shape", "Constant", "ConstantOfShape", "Cast", "Range", "Size", "Relu", "Clip",
-                               "Resize", "Pad"}
 
 
 def plan(model: ir.Model, config: QuantConfig) -> Plan:
@@ -102,7 +81,7 @@ def plan(model: ir.Model, config: QuantConfig) -> Plan:
             continue
         candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
         if not candidates:
-            if node.op_type not in _QUIET_OPS or node.domain not in ("", "ai.onnx"):
+            if not ops.quiet(node):
                 decisions.append(Decision(_nearest_value(node), node.op_type, False,
                                           "no quantization pattern for this op"))
             continue
@@ -155,7 +134,7 @@ def _permutation_of(v: ir.Value, root: ir.Value) -> bool:
     """``v`` comes from ``root`` through value-permuting ops only."""
     while v is not root:
         p = v.producer()
-        if p is None or p.op_type not in PERMUTES_VALUES:
+        if p is None or not ops.permutes_values(p):
             return False
         v = p.inputs[0]
     return True
@@ -182,7 +161,9 @@ def _share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
         root, cur = v, v
         for _ in range(32):
             p = cur.producer()
-            if p is None or not _shares_qparams(p) or not p.inputs or p.inputs[0] is None:
+            # (nearest Resize too: ORT then runs it on uint8; with a requantize around it, it dequantized
+            # and resized in float)
+            if p is None or not ops.shares_qparams(p) or not p.inputs or p.inputs[0] is None:
                 break
             cur = p.inputs[0]
             if cur in targets or cur in fixed:
