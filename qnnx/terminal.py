@@ -143,7 +143,7 @@ def show_compare(errors: Sequence, top: int, console: Console | None = None) -> 
 
 def show_summary(summary, console: Console | None = None) -> None:
     """``qnnx inspect``."""
-    from qnnx.analysis.inspect import _QUANT_OPS
+    from qnnx.analysis.inspect import QUANT_OPS
 
     console = console or stdout_console()
     if not console.is_terminal:
@@ -156,7 +156,7 @@ def show_summary(summary, console: Console | None = None) -> None:
     t.add_row("inputs", ", ".join(summary.inputs))
     t.add_row("outputs", ", ".join(summary.outputs))
     integer = sum(c for (d, _), c in summary.ops.items() if d == "qnnx")
-    qdq = sum(c for k, c in summary.ops.items() if k in _QUANT_OPS)
+    qdq = sum(c for k, c in summary.ops.items() if k in QUANT_OPS)
     t.add_row("nodes", f"{sum(summary.ops.values())}: {integer} qnnx integer ops, {qdq} quantize/dequantize/"
                        "requantize nodes")
     if summary.scale_range:
@@ -167,7 +167,7 @@ def show_summary(summary, console: Console | None = None) -> None:
     ops.add_column("count", justify="right")
     ops.add_column("op")
     for (d, op), c in sorted(summary.ops.items(), key=lambda i: (-i[1], i[0])):
-        ops.add_row(str(c), f"{d + '.' if d else ''}{op}", style="cyan" if (d, op) in _QUANT_OPS or d == "qnnx" else "")
+        ops.add_row(str(c), f"{d + '.' if d else ''}{op}", style="cyan" if (d, op) in QUANT_OPS or d == "qnnx" else "")
     console.print(ops)
 
 
