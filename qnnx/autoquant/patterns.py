@@ -163,11 +163,9 @@ def _fused_activation(out: ir.Value) -> ir.Node | None:
     """A Relu, or a Clip with constant bounds, that alone consumes ``out``: quantizing after it keeps
     the whole output range for real values (ORT and TFLite fuse the same way)."""
     nxt = _sole_consumer(out)
-    if nxt is None or nxt.domain not in ("", "ai.onnx"):
+    if nxt is None or not ops.clamps(nxt):  # Relu, Clip
         return None
-    if nxt.op_type == "Relu":
-        return nxt
-    if nxt.op_type == "Clip" and all(v is None or const_array(v) is not None for v in nxt.inputs[1:]):
+    if all(v is None or const_array(v) is not None for v in nxt.inputs[1:]):  # constant bounds (Relu has none)
         return nxt
     return None
 
