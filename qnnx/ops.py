@@ -176,6 +176,9 @@ _PERMUTE = dict(permutes_values=True, moves_data=True, selects=True, shares_qpar
                 quiet=True)
 # Copies picked by position: some values dropped or repeated.
 _MOVE = dict(moves_data=True, selects=True, shares_qparams=True, keeps_range=True, quiet=True)
+# Every elementwise op is channel-wise. Channel padding's own list had the arithmetic, the clamps, Identity and
+# five of the functions; Exp, Erf, Gelu, Elu, Softplus, Cast, Pow, Sqrt, Reciprocal and Log (and
+# BatchNormalization) mix no channels either, so a depthwise region through them is padded now too.
 _FUNCTION = dict(elementwise=True, channelwise=True)
 _ARITHMETIC = dict(elementwise=True, channelwise=True)
 
@@ -217,7 +220,9 @@ _ROWS = [
     # ---- clamps
     OpFacts("Relu", clamps=True, quiet=True, **_ARITHMETIC),
     OpFacts("Clip", clamps=True, quiet=True, **_ARITHMETIC),
-    # ---- shapes, constants, types
+    # ---- shapes, constants, types. ``computes=False``: fake-quantization-to-integer's report of float ops
+    # left in quantized regions skipped Shape, Size, Constant, Identity and Cast; ConstantOfShape and Range
+    # make no real values from data either (they read shapes), so they join them.
     OpFacts("Shape", computes=False, shape_only=True, quiet=True),
     OpFacts("Size", computes=False, shape_only=True, quiet=True),
     OpFacts("Constant", computes=False, quiet=True),

@@ -10,9 +10,10 @@ from float values to the integer value and :class:`AffineType` they stand for:
 
 A rule gets the node and a :class:`Context`, and returns one :class:`Affine`
 per output or raises :class:`Unsupported` with the reason (recorded: the op
-stays in float); the contract and the registry are :mod:`qnnx.frontends.fq2i_registry`. Ops whose output qparams are not implied by their inputs
-(add, mul, concat, pooling, lookup tables) take them from the single quantize
-consuming their output. Dead float ops are removed at the end.
+stays in float); the contract and the registry are :mod:`qnnx.frontends.fq2i_registry`.
+Ops whose output qparams are not implied by their inputs (add, mul, concat,
+pooling, lookup tables) take them from the single quantize consuming their
+output. Dead float ops are removed at the end.
 
 Canonical form (docs/canonical.md): conv/matmul produce int32 accumulators
 always followed by a requantize; every integer op carries explicit qparams.
