@@ -27,21 +27,14 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from qnnx import ops
+from qnnx.autoquant.patterns import PatternMatch, pattern_named
 from qnnx.autoquant.report import Decision
-from qnnx.autoquant.patterns import PatternMatch
-
-NORMALIZATIONS = frozenset({"LayerNormalization", "GroupNormalization", "InstanceNormalization",
-                            "RMSNormalization"})
-# Patterns that contract over an axis with an int32 accumulator: their output can be float for free.
-CONTRACTIONS = frozenset({"conv", "conv_transpose", "matmul", "gemm"})
-# Ops between a pattern and the normalization that only move data (the value is the same numbers).
-_MOVES_DATA = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
 def _normalization_inputs(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node]]:
     return [(node.inputs[0], node) for node in graph
-            if node.op_type in NORMALIZATIONS and node.domain in ("", "ai.onnx") and node.inputs
-            and node.inputs[0] is not None]
+            if ops.normalization(node) and node.inputs and node.inputs[0] is not None]
 
 
 def keep_normalization_inputs_float(graph: ir.Graph, matches: list[PatternMatch],
@@ -57,8 +50,9 @@ def keep_normalization_inputs_float(graph: ir.Graph, matches: list[PatternMatch]
     seen: set[ir.Value] = set()
     while work:
         v, norm = work.pop()
+        # through ops that only rearrange values (the value is the same numbers)
         while v is not None and v not in by_output and (p := v.producer()) is not None \
-                and p.op_type in _MOVES_DATA:
+                and ops.permutes_values(p):
             v = p.inputs[0]
         if v is None or v in seen:
             continue
@@ -68,7 +62,7 @@ def keep_normalization_inputs_float(graph: ir.Graph, matches: list[PatternMatch]
             continue
         m = matches[i]
         why = f"feeds {norm.op_type} {norm.name!r}"
-        if m.pattern in CONTRACTIONS:
+        if pattern_named(m.pattern).contraction:  # an int32 accumulator: its output can be float for free
             float_output[i] = why
             continue
         dropped[i] = why

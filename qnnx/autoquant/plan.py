@@ -3,7 +3,7 @@
     plan(float model, config) -> Plan           pure: the model is not changed
 
 Every node gets a :class:`~qnnx.autoquant.report.Decision` (quantized by a pattern, or float and
-why). Values that only move data (``qnnx.ops``: Reshape, Transpose, MaxPool, ...) share the qparams
+why). Values that only move data (``qnnx.ops.shares_qparams``: Reshape, Transpose, MaxPool, ...) share the qparams
 of the value they come from, so the integer model needs no requantize around them. After
 calibration, :func:`activation_qparams` derives every activation's qparams from the observed roots,
 and :func:`checked` drops the matches whose pattern rejects them.
@@ -18,23 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.autoquant.config import QuantConfig
 from qnnx.autoquant.normalization import keep_normalization_inputs_float
 from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, pattern_named, patterns_for
 from qnnx.autoquant.report import Decision
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
 from qnnx.errors import QnnxError
-
-# Ops that only rearrange values: same multiset, so the same statistics as their input.
-PERMUTES_VALUES = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "DepthToSpace",
-                   "SpaceToDepth"}
-# Ops whose output is an exact subset/rearrangement of their input's values.
-SHARES_QPARAMS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather",
-                  "MaxPool", "Identity", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"}
-# Ops with no pattern that are not worth a "kept in float" line: they compute shapes or only move data.
-QUIET_OPS = SHARES_QPARAMS | {"Shape", "Constant", "ConstantOfShape", "Cast", "Range", "Size", "Relu", "Clip",
-                              "Resize", "Pad"}
-
 
 @dataclass
 class Plan:
@@ -65,15 +55,6 @@ class Plan:
 def node_label(node: ir.Node) -> str:
     """The name reports use for a node (and ``exclude_nodes`` accepts)."""
     return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
-
-
-def _shares_qparams(node: ir.Node) -> bool:
-    """``node``'s output holds only values of its first input: nearest-neighbour Resize counts too
-    (ORT then runs it on uint8; with a requantize around it, it dequantized and resized in float)."""
-    if node.op_type == "Resize":
-        mode = node.attributes["mode"].value if "mode" in node.attributes else "nearest"
-        return mode == "nearest"
-    return node.op_type in SHARES_QPARAMS
 
 
 class Exclusions:
@@ -124,7 +105,7 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
             continue
         candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
         if not candidates:
-            if node.op_type not in QUIET_OPS or node.domain not in ("", "ai.onnx"):
+            if not ops.quiet(node):
                 decisions.append(Decision(node_label(node), node.op_type, False, "no quantization pattern for this op"))
             continue
         name = node_label(node)
@@ -175,7 +156,7 @@ def permutation_of(v: ir.Value, root: ir.Value) -> bool:
     """``v`` comes from ``root`` through value-permuting ops only."""
     while v is not root:
         p = v.producer()
-        if p is None or p.op_type not in PERMUTES_VALUES:
+        if p is None or not ops.permutes_values(p):
             return False
         v = p.inputs[0]
     return True
@@ -202,7 +183,9 @@ def share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
         root, cur = v, v
         for _ in range(32):
             p = cur.producer()
-            if p is None or not _shares_qparams(p) or not p.inputs or p.inputs[0] is None:
+            # (nearest Resize too: ORT then runs it on uint8; with a requantize around it, it dequantized
+            # and resized in float)
+            if p is None or not ops.shares_qparams(p) or not p.inputs or p.inputs[0] is None:
                 break
             cur = p.inputs[0]
             if cur in targets or cur in fixed:

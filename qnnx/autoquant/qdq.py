@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics
+from qnnx import numerics, ops
 from qnnx.autoquant.patterns import pattern_named
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
@@ -322,9 +322,6 @@ def _scalar_constant(v: ir.Value) -> float | None:
     return float(np.asarray(c).reshape(()))
 
 
-_BIASED = ("Conv", "ConvTranspose", "Gemm")
-
-
 def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
     """The int32 biases of ``readers`` requantized for a new input scale ``x_scale``: (node, input index,
     int32 values, scale ``x_scale * w_scale``) each, or None when one cannot be (a bias that no longer
@@ -339,9 +336,10 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
             if any(_int32_dequantized(v) is not None for a in adds for v in a.inputs):
                 return None
             continue
-        if node.op_type not in _BIASED or len(node.inputs) < 3 or node.inputs[2] is None:
+        i = ops.bias_input(node)  # Conv, ConvTranspose, Gemm: input 2
+        if i is None or len(node.inputs) <= i or node.inputs[i] is None:
             continue
-        real = _int32_dequantized(node.inputs[2])
+        real = _int32_dequantized(node.inputs[i])
         w = node.inputs[1].producer()
         w_scale = const_array(w.inputs[1]) if w is not None and w.op_type == "DequantizeLinear" else None
         if real is None or w_scale is None:
@@ -349,7 +347,7 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
         bias_scale = int32_bias_scale(x_scale, w_scale, real.shape)
         if np.any(np.abs(real) / bias_scale.astype(np.float64) > BIAS_LIMIT):
             return None
-        out.append((node, 2, numerics.quantize(real.astype(np.float32), bias_scale, 0, axis=0, out_dtype="int32"),
+        out.append((node, i, numerics.quantize(real.astype(np.float32), bias_scale, 0, axis=0, out_dtype="int32"),
                     bias_scale))
     return out
 

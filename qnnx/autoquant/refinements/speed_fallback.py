@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx_ir as ir
 
-from qnnx.autoquant.patterns import PatternMatch
+from qnnx.autoquant.patterns import PatternMatch, pattern_named
 from qnnx.autoquant.plan import Plan, plan
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
@@ -62,9 +62,10 @@ AUTO_MIN_FLOAT_MS = 0.5
 
 
 def match_kind(m: PatternMatch) -> str:
-    """The kind a match is excluded with: conv split by shape (depthwise = group > 1, pointwise = 1x1),
-    matmul and gemm together, the other patterns by name."""
-    if m.pattern == "conv":
+    """The kind a match is excluded with: its pattern's ``kind`` (matmul and gemm together), a conv's
+    split by shape (depthwise = group > 1, pointwise = 1x1)."""
+    kind = pattern_named(m.pattern).kind
+    if kind == "conv":
         node = m.nodes[0]
         group = node.attributes["group"].value if "group" in node.attributes else 1
         if group > 1:
@@ -73,8 +74,7 @@ def match_kind(m: PatternMatch) -> str:
         if w is not None and w.ndim > 2 and all(k == 1 for k in w.shape[2:]):
             return "pointwise conv"
         return "conv"
-    return {"conv_transpose": "conv transpose", "matmul": "matmul/gemm", "gemm": "matmul/gemm"}.get(m.pattern,
-                                                                                                       m.pattern)
+    return kind
 
 
 @dataclass(frozen=True)
