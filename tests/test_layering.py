@@ -25,10 +25,7 @@ The rules, as the test counts them:
 - **Private names**: ``from qnnx.x import _name`` in another module, and ``m._name`` where ``m`` is a
   module of ``qnnx`` bound by an import (dunders such as ``__version__`` are not private).
 
-``ALLOWED_CYCLES``, ``ALLOWED_PRIVATE`` and ``ALLOWED_PART_CYCLES`` list what still offends in
-``qnnx.autoquant`` and ``qnnx.analysis`` (their redesign, issue 23, removes it): they are to be
-emptied, never extended. The test fails on any offence outside them, and on an entry that no longer
-offends (so the lists only shrink). ``FLOOR``: the modules that import (almost) nothing of qnnx.
+Nothing is allowed to offend. ``FLOOR``: the modules that import (almost) nothing of qnnx.
 """
 
 from __future__ import annotations
@@ -38,33 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "qnnx"
 PACKAGE = "qnnx"
-
-# Known remaining module cycles (each the set of modules of one strongly connected component), left to the
-# autoquant redesign (issue 23, Build item 5). To be emptied, never extended.
-ALLOWED_CYCLES: list[frozenset[str]] = [
-    # data.py reads an ImageFolder, images.py builds data's InputSpec (the calibration-data type, Build item 2)
-    frozenset({"qnnx.autoquant.data", "qnnx.autoquant.images"}),
-    # smoothing runs its calibration pass through pipeline's _run / _session_with_outputs (function-local)
-    frozenset({"qnnx.autoquant.pipeline", "qnnx.autoquant.smoothing"}),
-]
-
-# Known remaining private names taken across modules: (importing module, "source module._name"). To be emptied,
-# never extended.
-ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    ("qnnx.analysis.report", "qnnx.analysis.compare._session"),
-    ("qnnx.autoquant.bias_correction", "qnnx.autoquant.qdq._quantized_constant"),
-    ("qnnx.autoquant.simulate", "qnnx.autoquant.qdq._insert_after"),
-    ("qnnx.autoquant.simulate", "qnnx.autoquant.qdq._quantized_constant"),
-    ("qnnx.autoquant.smoothing", "qnnx.autoquant.pipeline._run"),
-    ("qnnx.autoquant.smoothing", "qnnx.autoquant.pipeline._session_with_outputs"),
-}
-
-# Known remaining cycles between the package's parts (its subpackages and top-level modules): autoquant's
-# pipeline reads analysis.compare's metrics, and analysis reads autoquant's data, config and QuantizedModel
-# ("move shared metrics down", Build item 5). To be emptied, never extended.
-ALLOWED_PART_CYCLES: list[frozenset[str]] = [
-    frozenset({"qnnx.analysis", "qnnx.autoquant"}),
-]
 
 # The lowest floor: modules that import nothing from qnnx but these.
 FLOOR = {"qnnx.errors": set(), "qnnx.ops": set(), "qnnx.dtypes": {"qnnx.errors"}}
@@ -279,50 +249,23 @@ def test_the_graph_sees_function_local_and_reexported_imports():
     assert "qnnx.dialect" not in graph["qnnx.frontends.fq2i_rules"]
 
 
-def test_no_import_cycles_outside_the_allow_list():
-    found = cycles()
-    unexpected = [" -> ".join(path) for comp, path in found if comp not in ALLOWED_CYCLES]
-    assert not unexpected, "import cycles:\n  " + "\n  ".join(unexpected)
+def test_no_import_cycles():
+    found = [path for _, path in cycles()]
+    assert not found, "import cycles:\n  " + "\n  ".join(" -> ".join(path) for path in found)
 
 
-def test_allowed_cycles_still_exist():
-    """An allow-list entry that no longer offends is removed (the list only shrinks)."""
-    found = {comp for comp, _ in cycles()}
-    gone = [sorted(c) for c in ALLOWED_CYCLES if c not in found]
-    assert not gone, f"no longer cycles, remove them from ALLOWED_CYCLES: {gone}"
+def test_no_private_names_across_modules():
+    offences = sorted(private_imports())
+    assert not offences, "private names taken across modules: " + ", ".join(f"{m} <- {n}" for m, n in offences)
 
 
-def test_no_private_names_across_modules_outside_the_allow_list():
-    unexpected = sorted(private_imports() - ALLOWED_PRIVATE)
-    assert not unexpected, "private names used across modules:\n  " + "\n  ".join(
-        f"{mod}: {name}" for mod, name in unexpected)
-
-
-def test_allowed_private_names_still_used():
-    gone = sorted(ALLOWED_PRIVATE - private_imports())
-    assert not gone, f"no longer used, remove them from ALLOWED_PRIVATE: {gone}"
-
-
-def test_no_cycles_between_parts_of_the_package_outside_the_allow_list():
+def test_no_cycles_between_parts_of_the_package():
     graph = part_graph()
-    found = [(frozenset(c), _one_cycle(graph, c)) for c in _strongly_connected(graph)]
-    unexpected = [" -> ".join(path) for comp, path in found if comp not in ALLOWED_PART_CYCLES]
-    assert not unexpected, "cycles between parts of qnnx:\n  " + "\n  ".join(unexpected)
-    gone = [sorted(c) for c in ALLOWED_PART_CYCLES if c not in {comp for comp, _ in found}]
-    assert not gone, f"no longer cycles, remove them from ALLOWED_PART_CYCLES: {gone}"
+    found = [_one_cycle(graph, c) for c in _strongly_connected(graph)]
+    assert not found, "cycles between parts of qnnx:\n  " + "\n  ".join(" -> ".join(path) for path in found)
 
 
 def test_the_lowest_floor_imports_nothing_above_it():
     graph = import_graph()
     for mod, allowed in FLOOR.items():
         assert graph[mod] <= allowed, f"{mod} imports {sorted(graph[mod] - allowed)}"
-
-
-def test_allow_lists_name_only_the_modules_left_to_the_redesign():
-    later = ("qnnx.autoquant", "qnnx.analysis")
-    for comp in ALLOWED_CYCLES:
-        assert any(m.startswith(later) for m in comp), sorted(comp)
-    for mod, name in ALLOWED_PRIVATE:
-        assert mod.startswith(later) and name.startswith(later), (mod, name)
-    for comp in ALLOWED_PART_CYCLES:
-        assert comp <= set(later), sorted(comp)
