@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from qnnx import ops
 from qnnx.autoquant.config import QuantConfig
-from qnnx.autoquant.normalization import keep_normalization_inputs_float
+from qnnx.autoquant.float_inputs import keep_inputs_float
 from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, pattern_named, patterns_for
 from qnnx.autoquant.report import Decision
 from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
@@ -148,7 +148,7 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
             break
         else:
             decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
-    matches = keep_normalization_inputs_float(model.graph, matches, decisions)
+    matches = keep_inputs_float(model.graph, matches, decisions)
     return Plan(matches, share_groups(matches), decisions)
 
 
