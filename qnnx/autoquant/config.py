@@ -97,6 +97,9 @@ class CalibrationOptions:
     "propagate_error" adds a second pass on the simulated model fed the first pass's qparams.
     ``batch_size``: samples of one shape run as one batch when the model allows it (1: off).
     ``refinement_samples``: the first samples, which the refinements and the report's output check use.
+    ``validation``: hold out this many calibration samples (an int) or this fraction of them (a float),
+    spread evenly, and keep a range method or refinement only when it lowers the error on them
+    (autoquant/validation.py); None: no held-out validation unless validation data is given.
     """
 
     num_samples: int | None = None
@@ -105,9 +108,14 @@ class CalibrationOptions:
     sequential_passes: int = 4
     batch_size: int = 16
     refinement_samples: int = 8
+    validation: int | float | None = None
 
     def __post_init__(self):
         _choice("calibrator", self.calibrator, CALIBRATORS)
+        v = self.validation
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or (isinstance(v, float) and not 0 < v < 1) or (isinstance(v, int) and v < 1)):
+            raise QnnxError(f"validation must be a count >= 1 or a fraction in (0, 1), got {v!r}")
         if not 1 <= self.sequential_passes <= 64:
             raise QnnxError(f"sequential_passes must be in [1, 64], got {self.sequential_passes}")
         for name in ("batch_size", "refinement_samples"):

@@ -238,6 +238,7 @@ class SpeedFallback(Refinement):
     ``keep_float``, so every format agrees with the report. Timing-dependent: off by default."""
 
     name = "speed_fallback"
+    validated = False  # a speed choice: leaving layers float does not need the accuracy it would gain
     reads = ("float_model", "plan", "qparams", "qdq", "exclusions", "samples", "config")
     writes = ("plan", "qdq", "keep_float", "exclusions")
 
