@@ -143,6 +143,9 @@ class RefinementOptions:
     ``speed_fallback``: "on" times float and int8 variants on the target and leaves slower kinds of
     layers float; "auto" only when int8 is not clearly faster; "off" (default) never times, so the
     same inputs give the same model.
+    ``min_sqnr_db`` / ``min_cosine``: the accuracy guard's target for every output against float (on the
+    held-out samples, else the refinement samples); the costliest patterns return to float until it is
+    met. None: the report's "far from float" bounds (6 dB, 0.9), so a far output is rescued or refused.
     """
 
     smoothing_alpha: float | None = 0.5
@@ -150,8 +153,12 @@ class RefinementOptions:
     bias_correction: str = "sequential"
     sqnr_threshold_db: float | None = None
     speed_fallback: str = "off"
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
 
     def __post_init__(self):
+        if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:
+            raise QnnxError(f"min_cosine must be in [-1, 1], got {self.min_cosine}")
         if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
             raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
         if isinstance(self.speed_fallback, bool):

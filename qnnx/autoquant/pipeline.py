@@ -15,6 +15,7 @@ from dataclasses import replace
 import onnx_ir as ir
 
 from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.refinements.accuracy_guard import AccuracyGuard
 from qnnx.autoquant.refinements.bias_correction import BiasCorrection
 from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
@@ -31,9 +32,9 @@ from qnnx.passes.lower import lower
 from qnnx.targets import target
 
 STAGES_BEFORE = (PREPARE, HOLD_OUT, SMOOTH, PLAN, CALIBRATE, REALIZE)
-# In this order: the fallbacks re-realize from nearest rounding and plain biases, so the weight
-# rounding and the bias correction come after them.
-REFINEMENTS = (SqnrFallback(), SpeedFallback(), WeightRounding(), BiasCorrection())
+# In this order: the fallbacks and the accuracy guard re-realize from nearest rounding and plain biases,
+# so the weight rounding and the bias correction come after them.
+REFINEMENTS = (SqnrFallback(), SpeedFallback(), AccuracyGuard(), WeightRounding(), BiasCorrection())
 STAGES_AFTER = (AGREEMENT, INTEGERIZE, TARGET_CHECK)
 
 
@@ -43,7 +44,8 @@ def refine(state: QuantState, refinement, verdicts: list | None = None) -> Quant
     the held-out error by more than its spread. Its record goes into the report under its name."""
     given = replace(state, qdq=state.qdq.clone()) if refinement.edits_qdq else state
     after, record = refinement.apply(given)
-    state.report.records[refinement.name] = record
+    if record is not None:
+        state.report.records[refinement.name] = record
     if after is None:
         return state
     if state.validation is not None and refinement.validated:
