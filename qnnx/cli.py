@@ -285,6 +285,22 @@ def quantize(
         sequential_passes: Annotated[int, typer.Option(
             "--sequential-passes", metavar="STAGES", min=1, max=64, rich_help_panel=_CALIBRATION,
             help="stages of --calibrator sequential")] = _C.sequential_passes,
+        validation: Annotated[str | None, typer.Option(
+            "--validation", metavar="N|FRACTION", show_default=False, rich_help_panel=_CALIBRATION,
+            help="hold out N calibration samples (or this fraction, e.g. 0.25), spread evenly, and keep the range "
+            "method and each refinement only when it lowers the error on them")] = None,
+        val: Annotated[str | None, typer.Option(
+            "--val", metavar="DIR", show_default=False, rich_help_panel=_CALIBRATION,
+            help="held-out samples of their own (as --calib; images with the same image options) instead of "
+            "--validation")] = None,
+        min_sqnr: Annotated[float | None, typer.Option(
+            "--min-sqnr", metavar="DB", show_default=False, rich_help_panel=_CALIBRATION,
+            help="accuracy target: every output's SQNR against float (held-out samples if any); the costliest "
+            "layers return to float until it is met (default: 6 dB, below which an output is far from float)")]
+        = None,
+        min_cosine: Annotated[float | None, typer.Option(
+            "--min-cosine", metavar="C", show_default=False, rich_help_panel=_CALIBRATION,
+            help="accuracy target: every output's cosine to float (default 0.9)")] = None,
         random_calibration: Annotated[bool, typer.Option(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
@@ -347,16 +363,20 @@ def quantize(
                             consumer_functions=_consumer_functions(consumer_function),
                             consumer_weighting=consumer_weighting, silu_lobe=silu_lobe),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
-                                       sequential_passes=sequential_passes),
+                                       sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
-                                      bias_correction=bias_correction.value, weight_rounding=weight_rounding.value))
+                                      bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
+                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine))
+    if validation is not None and val is not None:
+        raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
     else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
         calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
-    qm = quantize_model(model, calibration, config)
+    held_out = _samples(val, images, "--val") if val is not None else None
+    qm = quantize_model(model, calibration, config, validation=held_out)
     qm.save(out, format=format.value)
     # the worst layers on a few samples (each costs a run fetching every tensor); the outputs' agreement is
     # the report's own, on the refinement samples
@@ -367,6 +387,16 @@ def quantize(
         from qnnx.analysis.report import write_report
 
         show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
+
+
+def _count_or_fraction(text: str | None) -> int | float | None:
+    """``--validation``: a count ("8") or a fraction ("0.25")."""
+    if text is None:
+        return None
+    try:
+        return int(text) if text.strip().isdigit() else float(text)
+    except ValueError:
+        raise UsageError(f"--validation takes a count or a fraction, got {text!r}") from None
 
 
 def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:

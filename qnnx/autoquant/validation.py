@@ -93,5 +93,4 @@ class Dropped:
     verdict: Verdict
 
     def lines(self) -> list[str]:
-        return [f"{self.verdict.step}: not applied (held-out error {self.verdict.before:.3g} -> "
-                f"{self.verdict.after:.3g} with it, spread {self.verdict.spread:.2g})"]
+        return []  # the validation record's line says it
