@@ -294,6 +294,8 @@ def quantize(
         raise UsageError("one of the arguments --calib --random-calibration is required")
     if calib is not None and random_calibration:
         raise UsageError("--calib and --random-calibration are mutually exclusive")
+    # the samples config.num_samples/seed pick, read by calibration, the summary and the report alike
+    calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     out = _output_path(model, output)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
@@ -316,8 +318,6 @@ def quantize(
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
-    else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
-        calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     qm = quantize_model(model, calibration, config)
     qm.save(out, format=format.value)
     errors = compare_models(model, qm.qdq, calibration.head(_SUMMARY_SAMPLES))

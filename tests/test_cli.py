@@ -582,9 +582,10 @@ def test_quantize_image_options_reach_the_calibration(image_case, monkeypatch, c
     src, images = image_case
     assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(images), "--preprocess",
                  "imagenet", "--resize", "8x6", "--layout", "nhwc", "--scale", "1/2"]) == 1
-    p = seen["calibration"].preprocess
+    folder = seen["calibration"].source  # one CalibrationData, built from the ImageFolder
+    p = folder.preprocess
     assert (p.size, p.resize, p.layout, p.scale, p.mean) == ((8, 6), "crop", "nhwc", 0.5, (0.485, 0.456, 0.406))
-    assert [f.name for f in seen["calibration"].files] == ["0.png", "1.png", "2.png", "3.png"]
+    assert [f.name for f in folder.files] == ["0.png", "1.png", "2.png", "3.png"]
 
 
 @pytest.mark.parametrize("options,message", [

@@ -295,7 +295,8 @@ class CalibrationData:
         s = self._selection
         if s.indices is not None:
             return s.indices[:s.limit]
-        return range(self._source.count(s.limit))
+        m = self._source.count(s.limit)
+        return range(m if s.limit is None else min(m, s.limit))
 
     @property
     def source(self):
@@ -317,8 +318,8 @@ class CalibrationData:
         return self._specs
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        if self._specs is None:
-            raise QnnxError("calibration data is not bound to a model's inputs: call bind(input_specs(model))")
+        """Validated feed dicts (:class:`QnnxError` at the first ``next`` when not bound: ``iter`` itself
+        reads nothing, so ``iter(data) is data`` tells a one-shot source apart cheaply)."""
         return self._feeds(self._specs)
 
     def _entries(self) -> Iterator[tuple[str, Loader]]:
@@ -337,7 +338,9 @@ class CalibrationData:
                 n += 1
             i += 1
 
-    def _feeds(self, specs: list[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
+    def _feeds(self, specs: list[InputSpec] | None) -> Iterator[dict[str, np.ndarray]]:
+        if specs is None:
+            raise QnnxError("calibration data is not bound to a model's inputs: call bind(input_specs(model))")
         n = 0
         for where, load in self._entries():
             yield validate_feed(load(specs), specs, where)
@@ -393,7 +396,9 @@ class CalibrationData:
         n = len(self)
         total = self._source.known_count() if self._selection != _Selection() else n
         notes = "; ".join(x for x in (detail, self._selection.how) if x)
-        return " ".join(x for x in (f"{n}" if total in (n, None) else f"{n} of {total}", noun if n != 1 else noun[:-1],
+        counted = n if total in (n, None) else total  # the number the noun follows
+        return " ".join(x for x in (f"{n}" if total in (n, None) else f"{n} of {total}",
+                                    noun if counted != 1 else noun[:-1],
                                     origin, f"({notes})" if notes else "") if x)
 
     def __repr__(self) -> str:
