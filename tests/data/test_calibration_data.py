@@ -301,3 +301,19 @@ def test_describe(npy_dir, image_dir):
     assert CalibrationData.from_source([_x()] * 3).describe() == "3 samples (in memory)"
     assert CalibrationData.from_source(_x(i) for i in range(2)).describe() == \
         "2 samples (read once from an iterator, kept in memory)"
+
+
+def test_the_data_package_is_a_lower_floor():
+    """qnnx.data imports nothing of qnnx but itself and qnnx.errors (ast over its modules, local imports too)."""
+    import ast
+    from pathlib import Path
+
+    import qnnx.data
+
+    for path in Path(qnnx.data.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in names:
+                if name == "qnnx" or name.startswith("qnnx."):
+                    assert name.startswith("qnnx.data") or name == "qnnx.errors", (path.name, name)
