@@ -72,20 +72,42 @@ def _numbered(samples) -> Iterator[tuple[str, Loader]]:
 # --------------------------------------------------------------------------- sources
 # A source lists its samples in a fixed order as (where, loader) entries; nothing is read until a
 # loader is called. ``files`` is set for file-backed sources: a seeded subset picks among them.
+# ``origin`` is what it was built from; count(limit) counts at most ``limit``; check(specs) refuses what
+# can be refused before reading a sample; known_count() is the count when it costs nothing.
 
 
-class _Directory:
+class _Source:
+    files: tuple[Path, ...] | None = None
+    origin: Any = None
+
+    def entries(self) -> Iterator[tuple[str, Loader]]:
+        raise NotImplementedError
+
+    def count(self, limit: int | None = None) -> int:
+        raise NotImplementedError
+
+    def check(self, specs: list[InputSpec]) -> None:
+        """Nothing to refuse before reading (a .npy file for a multi-input model is refused when read,
+        naming it)."""
+
+    def known_count(self) -> int | None:
+        return None
+
+    def describe(self) -> tuple[str, str, str]:
+        """(noun, "from ...", details) for :meth:`CalibrationData.describe`."""
+        raise NotImplementedError
+
+
+class _Directory(_Source):
     def __init__(self, path: Path):
-        self.path, self.files = path, _files(path)
+        self.path = self.origin = path
+        self.files = _files(path)
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         return ((str(p), lambda specs, p=p: _load_file(p, specs)) for p in self.files)
 
     def count(self, limit: int | None = None) -> int:
         return len(self.files)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass  # a .npy file for a multi-input model is refused when it is read, naming it
 
     def describe(self) -> tuple[str, str, str]:
         kinds = ", ".join(sorted({p.suffix for p in self.files}))
@@ -95,9 +117,10 @@ class _Directory:
         return len(self.files)
 
 
-class _Images:
+class _Images(_Source):
     def __init__(self, folder: ImageFolder):
-        self.folder, self.files = folder, folder.files
+        self.folder = self.origin = folder
+        self.files = folder.files
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         folder = self.folder
@@ -116,20 +139,15 @@ class _Images:
         return len(self.files)
 
 
-class _Memory:
-    files = None
-
+class _Memory(_Source):
     def __init__(self, samples: list):
-        self.samples = samples
+        self.samples = self.origin = samples
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         return _numbered(self.samples)
 
     def count(self, limit: int | None = None) -> int:
         return len(self.samples)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
 
     def describe(self) -> tuple[str, str, str]:
         return "samples", "", "in memory"
@@ -138,10 +156,8 @@ class _Memory:
         return len(self.samples)
 
 
-class _Reiterable:
+class _Reiterable(_Source):
     """A callable giving a fresh iterable on each call (called once per pass), or a re-iterable object."""
-
-    files = None
 
     def __init__(self, make: Callable[[], Any], what: str, origin=None):
         self.make, self.what, self._count = make, what, None
@@ -167,9 +183,6 @@ class _Reiterable:
         self._count = n
         return n
 
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
-
     def describe(self) -> tuple[str, str, str]:
         return "samples", f"from {self.what}", ""
 
@@ -177,13 +190,12 @@ class _Reiterable:
         return self._count
 
 
-class _Kept:
+class _Kept(_Source):
     """A one-shot iterator, read as far as some pass needed and kept, so every pass sees the same samples."""
-
-    files = None
 
     def __init__(self, iterator: Iterator):
         self.iterator, self.kept, self.done = iterator, [], False
+        self.origin = self.kept
 
     def _pull(self) -> bool:
         if self.done:
@@ -205,9 +217,6 @@ class _Kept:
         while (limit is None or len(self.kept) < limit) and self._pull():
             pass
         return len(self.kept) if limit is None else min(len(self.kept), limit)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
 
     def describe(self) -> tuple[str, str, str]:
         return "samples", "", "read once from an iterator, kept in memory"
@@ -300,11 +309,10 @@ class CalibrationData:
 
     @property
     def source(self):
-        """What the samples come from: a directory Path, an ImageFolder, a list, a callable or an iterator's
-        kept samples (for messages and tests; iterate the CalibrationData itself)."""
-        src = self._source
-        return {_Directory: lambda: src.path, _Images: lambda: src.folder, _Memory: lambda: src.samples,
-                _Reiterable: lambda: src.origin, _Kept: lambda: src.kept}[type(src)]()
+        """What the samples come from: a directory Path, an ImageFolder, a list, a callable or re-iterable
+        object, or an iterator's samples kept so far (for messages and tests; iterate the CalibrationData
+        itself)."""
+        return self._source.origin
 
     def bind(self, specs: list[InputSpec] | ir.Model) -> "CalibrationData":
         """The same samples, validated against these inputs when iterated (a model: its inputs). What
