@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import enum
 import functools
-from inspect import Signature, signature
 import sys
 import tempfile
 import traceback
+from inspect import Signature, signature
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +25,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, METHODS, SPEED_FALLBACKS, WEIGHT_ROUNDINGS,
                                    QuantConfig)
-from qnnx.data import CalibrationData, ImagePreprocess
+from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 
 # Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
@@ -169,7 +169,7 @@ def _image_preprocess(
         layout: Annotated[Layout | None, typer.Option(
             "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
 ) -> ImagePreprocess | None:
-    """The image preprocessing options, defined once (:func:`image_options` adds them to a command), and
+    """The image preprocessing options, defined once (:func:`_image_options` adds them to a command), and
     the ImagePreprocess they describe, or None when none is given."""
     from qnnx.data.images import preprocess_from_options
 
@@ -182,7 +182,7 @@ def _image_preprocess(
         raise UsageError(str(e)) from None
 
 
-def image_options(command):
+def _image_options(command):
     """Give ``command`` the image preprocessing options; it receives the ImagePreprocess they describe
     (or None) as its ``images`` argument. One definition for quantize, compare and bench."""
     own = [p for p in signature(command, eval_str=True).parameters.values() if p.name != "images"]
@@ -200,7 +200,7 @@ def image_options(command):
 @app.command("quantize", short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why.'))
-@image_options
+@_image_options
 def quantize(
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
@@ -287,7 +287,6 @@ def quantize(
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
-    from qnnx.data import CalibrationData
     from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
@@ -331,8 +330,6 @@ def quantize(
 def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:
     """The one CalibrationData a command reads: the directory ``path`` of .npy/.npz, or of images when
     image options were given (a usage error without ``path``); None when neither."""
-    from qnnx.data import CalibrationData, ImageFolder
-
     if images is not None and path is None:
         raise UsageError(f"image preprocessing options need {option} DIR (a directory of images)")
     if path is None:
@@ -368,7 +365,7 @@ def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
 @app.command("compare", short_help='per-output and per-layer error vs the float model',
              help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
                    'max error), worst layers first.'))
-@image_options
+@_image_options
 def compare(
         float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
         quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
@@ -393,7 +390,7 @@ def compare(
 @app.command("bench", short_help='median ONNX Runtime latency and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
                    ' to the first.'))
-@image_options
+@_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
         data: Annotated[str | None, typer.Option(
