@@ -12,6 +12,7 @@ is called again, a one-shot iterator is read once and kept. Bound to a model's i
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -241,13 +242,10 @@ def _source_of(source):
         raise QnnxError("calibration is a single dict: give a list of {input name: array} dicts")
     if callable(source) and not hasattr(source, "__iter__"):
         return _Reiterable(source, f"{getattr(source, '__name__', type(source).__name__)}()")
-    try:
-        iterator = iter(source)
-    except TypeError:
-        raise QnnxError(f"calibration must be a directory or an iterable of samples, "
-                        f"got {type(source).__name__}") from None
-    if iterator is source:
-        return _Kept(iterator)
+    if isinstance(source, collections.abc.Iterator):  # told apart without calling iter(): that may start a pass
+        return _Kept(source)
+    if not hasattr(source, "__iter__") and not hasattr(source, "__getitem__"):
+        raise QnnxError(f"calibration must be a directory or an iterable of samples, got {type(source).__name__}")
     return _Reiterable(lambda: source, f"a {type(source).__name__}", source)
 
 
@@ -369,7 +367,7 @@ class CalibrationData:
         limit = n if s.limit is None else min(n, s.limit)
         if limit == s.limit or (isinstance(self._source, (_Directory, _Images, _Memory)) and n >= len(self)):
             return self
-        return self._with(replace(s, limit=limit, how=", ".join(x for x in (s.how, f"first {limit}") if x)))
+        return self._with(replace(s, limit=limit, how=_joined(s.how, f"first {limit}")))
 
     def split(self, validation: int | float) -> tuple["CalibrationData", "CalibrationData"]:
         """``(calibration part, held-out part)``: ``validation`` samples (an int) or that fraction of them
@@ -394,8 +392,8 @@ class CalibrationData:
         calib = tuple(chosen[p] for p in range(n) if p not in held)
         out = tuple(chosen[p] for p in sorted(held))
         how = self._selection.how
-        return (self._with(_Selection(calib, None, ", ".join(x for x in (how, f"calibration part, {k} held out") if x))),
-                self._with(_Selection(out, None, ", ".join(x for x in (how, f"held-out part") if x))))
+        return (self._with(_Selection(calib, None, _joined(how, f"calibration part, {k} held out"))),
+                self._with(_Selection(out, None, _joined(how, "held-out part"))))
 
     def describe(self) -> str:
         """One line for reports: "32 samples from samples/ (.npy)", "8 of 64 images from img/
@@ -410,7 +408,14 @@ class CalibrationData:
                                     origin, f"({notes})" if notes else "") if x)
 
     def __repr__(self) -> str:
+        if self._selection.indices is None and self._source.known_count() is None:  # not counted: don't read
+            noun, origin, detail = self._source.describe()
+            return f"CalibrationData({_joined(noun, origin, detail)}, not counted yet)"
         return f"CalibrationData({self.describe()})"
+
+
+def _joined(*parts: str) -> str:
+    return ", ".join(x for x in parts if x)
 
 
 def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
@@ -418,19 +423,11 @@ def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
     """Validated feed dicts, one at a time: ``CalibrationData.from_source(calibration, num_samples=limit,
     seed=seed).bind(specs)``, except that a one-shot iterator is streamed, not kept (one pass). Kept while
     the pipeline still takes raw sources."""
-    if not isinstance(calibration, (CalibrationData, str, os.PathLike, ImageFolder, list, tuple, dict)) \
-            and not callable(calibration) and _one_shot(calibration):
+    if isinstance(calibration, collections.abc.Iterator):
         data = CalibrationData(_Reiterable(lambda: calibration, "an iterator", calibration))._limited(limit, seed)
     else:
         data = CalibrationData.from_source(calibration, num_samples=limit, seed=seed)
     yield from data.bind(specs)
-
-
-def _one_shot(source) -> bool:
-    try:
-        return iter(source) is source
-    except TypeError:
-        return False
 
 
 __all__ = ["CalibrationData", "iter_samples"]

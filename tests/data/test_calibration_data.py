@@ -96,7 +96,7 @@ def test_a_one_shot_generator_is_read_once_kept_and_iterated_again():
 
     data = CalibrationData.from_source(gen()).bind(ONE)
     it = iter(data)
-    assert pulled == []  # iter() reads nothing
+    assert "not counted yet" in repr(data) and pulled == []  # neither iter() nor repr() reads
     next(it)
     assert pulled == [0]  # pulled one at a time
     assert _values(data.head(2)) == [0, 1] and pulled == [0, 1]  # no further than needed
@@ -119,10 +119,21 @@ def test_a_callable_is_called_again_for_each_pass():
     assert _values(data.head(2)) == [0, 1]
 
 
-def test_a_re_iterable_object_is_iterated_again():
+def test_a_re_iterable_object_is_iterated_again_once_per_pass():
     batch = np.stack([_x(i)[0] for i in range(3)])[:, None]  # (3, 1, 3, 4, 4): iterating gives the samples
     data = CalibrationData.from_source(batch).bind(ONE)
     assert _values(data) == _values(data) == [0, 1, 2]
+
+    class Counted:
+        passes = 0
+
+        def __iter__(self):
+            Counted.passes += 1
+            return iter([_x(1), _x(2)])
+
+    data = CalibrationData.from_source(Counted()).bind(ONE)
+    assert Counted.passes == 0  # building it starts no pass
+    assert _values(data) == [1, 2] and _values(data.head(1)) == [1] and Counted.passes == 2
 
 
 def test_from_a_calibration_data_is_the_same_object_unless_limited(npy_dir):
