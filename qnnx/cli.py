@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import enum
 import functools
-from inspect import Signature, signature
 import sys
 import tempfile
 import traceback
+from inspect import Signature, signature
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +27,7 @@ from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
                                    WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
                                    RefinementOptions)
-from qnnx.data import CalibrationData, ImagePreprocess
+from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 
 class PanelCommand(typer.core.TyperCommand):
@@ -195,7 +195,7 @@ def _image_preprocess(
         layout: Annotated[Layout | None, typer.Option(
             "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
 ) -> ImagePreprocess | None:
-    """The image preprocessing options, defined once (:func:`image_options` adds them to a command), and
+    """The image preprocessing options, defined once (:func:`_image_options` adds them to a command), and
     the ImagePreprocess they describe, or None when none is given."""
     from qnnx.data.images import preprocess_from_options
 
@@ -208,7 +208,7 @@ def _image_preprocess(
         raise UsageError(str(e)) from None
 
 
-def image_options(command):
+def _image_options(command):
     """Give ``command`` the image preprocessing options; it receives the ImagePreprocess they describe
     (or None) as its ``images`` argument. One definition for quantize, compare and bench."""
     own = [p for p in signature(command, eval_str=True).parameters.values() if p.name != "images"]
@@ -232,7 +232,7 @@ _R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
 @app.command("quantize", cls=PanelCommand, short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why. The same inputs give a byte-identical file.'))
-@image_options
+@_image_options
 def quantize(
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
@@ -341,13 +341,14 @@ def quantize(
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
-    from qnnx.data import CalibrationData
     from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
         raise UsageError("one of the arguments --calib --random-calibration is required")
     if calib is not None and random_calibration:
         raise UsageError("--calib and --random-calibration are mutually exclusive")
+    # the samples config.num_samples/seed pick, read by calibration, the summary and the report alike
+    calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     out = _output_path(model, output)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
@@ -373,8 +374,6 @@ def quantize(
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
-    else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
-        calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     held_out = _samples(val, images, "--val") if val is not None else None
     qm = quantize_model(model, calibration, config, validation=held_out)
     qm.save(out, format=format.value)
@@ -402,8 +401,6 @@ def _count_or_fraction(text: str | None) -> int | float | None:
 def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:
     """The one CalibrationData a command reads: the directory ``path`` of .npy/.npz, or of images when
     image options were given (a usage error without ``path``); None when neither."""
-    from qnnx.data import CalibrationData, ImageFolder
-
     if images is not None and path is None:
         raise UsageError(f"image preprocessing options need {option} DIR (a directory of images)")
     if path is None:
@@ -439,7 +436,7 @@ def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
 @app.command("compare", cls=PanelCommand, short_help='per-output and per-layer error vs the float model',
              help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
                    'max error), worst layers first.'))
-@image_options
+@_image_options
 def compare(
         float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
         quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
@@ -472,7 +469,7 @@ def compare(
 @app.command("bench", cls=PanelCommand, short_help='median ONNX Runtime latency and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
                    ' to the first.'))
-@image_options
+@_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
         data: Annotated[str | None, typer.Option(
