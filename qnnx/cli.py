@@ -385,7 +385,7 @@ def quantize(
     if report_dir is not None:
         from qnnx.analysis.report import write_report
 
-        show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
+        show_lines(f"wrote {write_report(report_dir, model, qm, calibration, quantized_name=str(out))}")
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:
