@@ -10,7 +10,7 @@ three sections of algorithm options, each a frozen dataclass of its own:
 
 Every section field may also be given by name at the top level (``QuantConfig(method="minmax")``):
 the names are unique across sections, so it routes to the one section that owns it. Why each default
-is what it is, with the measurements, is in docs/benchmarks.md.
+is what it is, with the measurements, is in docs/experiments.md (the current results: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ class OutputAgreement:
     held_out: bool = False  # measured on held-out samples (else on calibration samples)
 
 
-# An output this far from the float model's is not a quantized version of it (docs/benchmarks.md).
+# An output this far from the float model's is not a quantized version of it (docs/experiments.md,
+# "Far-from-float bounds").
 FAR_COSINE = 0.9
 FAR_SQNR_DB = 6.0  # error power above a quarter of the signal's
 

@@ -1,9 +1,9 @@
 """Speed-aware fallback: kinds of patterns stay float where ONNX Runtime's int8 kernels are slower.
 
-People quantize for speed, and int8 is not always faster on ONNX Runtime's CPU kernels: on PP-OCR's
-direction classifier (MobileNetV3, ~1.1 ms fp32 on one thread) int8 depthwise QLinearConv on small
-maps is slower than fp32's NCHWc depthwise conv, and the SE blocks' small QLinearMul /
-QLinearGlobalAveragePool cost more than their float ops. Measured, not assumed: after calibration
+People quantize for speed, and int8 is not always faster on ONNX Runtime's CPU kernels: on a small
+MobileNetV3 int8 depthwise QLinearConv on small maps is slower than fp32's NCHWc depthwise conv, and
+the SE blocks' small QLinearMul / QLinearGlobalAveragePool cost more than their float ops (figures:
+docs/experiments.md, "Speed fallback"). Measured, not assumed: after calibration
 (qparams known, nothing is recalibrated) QDQ variants of the plan are timed against each other:
 
     1. float model vs every pattern int8
@@ -47,7 +47,7 @@ Timer = Callable[[Sequence[ir.Model], dict, int], list[float]]
 KINDS = ("depthwise conv", "elementwise", "binary", "pool", "scale", "concat", "softmax", "gelu",
          "pointwise conv", "conv", "conv transpose", "matmul/gemm")
 # A variant replaces the current best only when at least this much faster: medians of interleaved
-# runs on a shared 2-core machine still move by 1-2% between timings.
+# runs on a shared machine still move by a percent or two between timings.
 MARGIN = 0.03
 SECONDS_PER_TIMING = 0.25  # per model in one timing: repeats = this / latency, within REPEATS
 REPEATS = (15, 400)
