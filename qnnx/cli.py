@@ -323,6 +323,10 @@ def quantize(
             "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
             "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
+        speed_plan: Annotated[str | None, typer.Option(
+            "--speed-plan", metavar="FILE", show_default=False, rich_help_panel=_REFINEMENTS,
+            help="replay the speed fallback's decisions from FILE without timing (reproducible); when FILE does "
+            "not exist, --speed-fallback on|auto writes its decisions there")] = None,
         consumer_weighting: Annotated[bool, typer.Option(
             "--consumer-weighting/--no-consumer-weighting", rich_help_panel=_EXPERT,
             help="histogram methods: weigh each channel of an activation read only by convs by the squared norm "
@@ -367,7 +371,8 @@ def quantize(
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
-                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine))
+                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine,
+                                      speed_plan=_read_speed_plan(speed_plan, speed_fallback.value)))
     if validation is not None and val is not None:
         raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:
@@ -377,6 +382,8 @@ def quantize(
     held_out = _samples(val, images, "--val") if val is not None else None
     qm = quantize_model(model, calibration, config, validation=held_out)
     qm.save(out, format=format.value)
+    if speed_plan is not None and config.refinements.speed_plan is None and qm.report.record("speed_fallback"):
+        _write_speed_plan(speed_plan, qm.report.record("speed_fallback").plan())
     # the worst layers on a few samples (each costs a run fetching every tensor); the outputs' agreement is
     # the report's own, on the refinement samples
     errors = [e for e in compare_models(qm.float_model, qm.qdq, calibration.head(_SUMMARY_SAMPLES)) if not e.is_output]
@@ -386,6 +393,30 @@ def quantize(
         from qnnx.analysis.report import write_report
 
         show_lines(f"wrote {write_report(report_dir, model, qm, calibration, quantized_name=str(out))}")
+
+
+def _read_speed_plan(path: str | None, speed_fallback: str) -> tuple[str, ...] | None:
+    """The kinds a ``--speed-plan`` file leaves float, or None when the file is to be written."""
+    if path is None or not Path(path).exists():
+        if path is not None and speed_fallback == "off":
+            raise UsageError(f"--speed-plan {path}: no such file; to make one, add --speed-fallback on")
+        return None
+    import json
+
+    try:
+        plan = json.loads(Path(path).read_text())["float_kinds"]
+        if not isinstance(plan, list) or not all(isinstance(k, str) for k in plan):
+            raise ValueError("float_kinds is not a list of names")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise QnnxError(f"not a speed plan ({type(e).__name__}: {e}); expected {{\"float_kinds\": [...]}}",
+                        where=path) from None
+    return tuple(plan)
+
+
+def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
+    import json
+
+    Path(path).write_text(json.dumps({"float_kinds": list(kinds)}) + "\n")
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:

@@ -143,6 +143,8 @@ class RefinementOptions:
     ``speed_fallback``: "on" times float and int8 variants on the target and leaves slower kinds of
     layers float; "auto" only when int8 is not clearly faster; "off" (default) never times, so the
     same inputs give the same model.
+    ``speed_plan``: replay a speed fallback's decisions without timing: the kinds of patterns to leave float
+    (``SpeedReport.plan()`` of an earlier run; ("all",): the whole model), so the output is reproducible.
     ``min_sqnr_db`` / ``min_cosine``: the accuracy guard's target for every output against float (on the
     held-out samples, else the refinement samples); the costliest patterns return to float until it is
     met. None: the report's "far from float" bounds (6 dB, 0.9), so a far output is rescued or refused.
@@ -153,6 +155,7 @@ class RefinementOptions:
     bias_correction: str = "sequential"
     sqnr_threshold_db: float | None = None
     speed_fallback: str = "off"
+    speed_plan: tuple[str, ...] | None = None
     min_sqnr_db: float | None = None
     min_cosine: float | None = None
 
@@ -164,6 +167,8 @@ class RefinementOptions:
         if isinstance(self.speed_fallback, bool):
             object.__setattr__(self, "speed_fallback", "on" if self.speed_fallback else "off")
         _choice("speed_fallback", self.speed_fallback, SPEED_FALLBACKS)
+        if self.speed_plan is not None:
+            object.__setattr__(self, "speed_plan", _names("speed_plan", self.speed_plan))
         if isinstance(self.bias_correction, bool):
             object.__setattr__(self, "bias_correction", "own" if self.bias_correction else "off")
         _choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
