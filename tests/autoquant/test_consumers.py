@@ -8,7 +8,7 @@ import re
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
+from float_graphs import Graph, conv_weight, qdq_of, qparams_of
 
 import qnnx
 from qnnx import QuantConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, samples
+from float_graphs import Graph, conv_weight, samples
 
 import qnnx
 from qnnx import QuantConfig

@@ -1,6 +1,6 @@
 """End to end: ``qnnx.quantize(model, calibration, QuantConfig(...))`` on small float graphs.
 
-The shared model (``autoquant_helpers.main_model``: conv+relu -> conv -> residual add -> a*sigmoid(a) -> maxpool ->
+The shared model (``float_graphs.main_model``: conv+relu -> conv -> residual add -> a*sigmoid(a) -> maxpool ->
 globalavgpool -> transpose -> reshape -> matmul) is quantized once with the defaults; other tests
 quantize it (or a smaller graph) with one option changed. Checks:
 
@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from autoquant_helpers import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
+from float_graphs import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
                                samples)
 
 import qnnx

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, main_model, run_ort, samples
+from float_graphs import Graph, conv_weight, main_model, run_ort, samples
 
 import qnnx
 from qnnx import QuantConfig

@@ -12,7 +12,7 @@ from functools import cache
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, nodes_by_name, qdq_of, run_ort
+from float_graphs import Graph, nodes_by_name, qdq_of, run_ort
 
 import qnnx
 from qnnx import QnnxError, QuantConfig

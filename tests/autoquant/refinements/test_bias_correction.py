@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, run_ort
+from float_graphs import Graph, conv_weight, run_ort
 
 import qnnx
 from qnnx import QuantConfig

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, run_ort, samples
+from float_graphs import Graph, conv_weight, run_ort, samples
 
 import qnnx
 from qnnx import QuantConfig

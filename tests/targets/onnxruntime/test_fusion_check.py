@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from autoquant_helpers import Graph, conv_weight, nodes_by_name, samples
+from float_graphs import Graph, conv_weight, nodes_by_name, samples
 
 import qnnx
 from qnnx import QuantConfig
