@@ -19,7 +19,8 @@ from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.report import QuantReport
-from qnnx.autoquant.stages import AGREEMENT, CALIBRATE, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH, TARGET_CHECK
+from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH, TARGET_CHECK,
+                                   nothing_quantized)
 from qnnx.autoquant.state import QuantState
 from qnnx.errors import QnnxError
 from qnnx.ir import save_model
@@ -51,16 +52,10 @@ def run(model, calibration, config: QuantConfig) -> QuantState:
         if refinement.enabled(config):
             state = refine(state, refinement)
     if not state.report.quantized() and not config.allow_float:
-        raise QnnxError("nothing was quantized: " + _why_float(state) + "; the model would be written all float. "
-                        "Pass allow_float=True (--allow-float) to write it anyway")
+        raise nothing_quantized(state.plan)
     for stage in STAGES_AFTER:
         state = stage(state)
     return state
-
-
-def _why_float(state: QuantState) -> str:
-    reasons = {d.reason for d in state.plan.decisions if not d.quantized}
-    return "; ".join(sorted(reasons)[:3]) or "no pattern matched"
 
 
 class QuantizedModel:

@@ -76,6 +76,9 @@ def _shares_qparams(node: ir.Node) -> bool:
     return node.op_type in SHARES_QPARAMS
 
 
+NO_PATTERN = "no quantization pattern for this op"  # the reason of a node no pattern is anchored on
+
+
 class Exclusions:
     """What the user keeps float: node names or glob patterns (``fnmatch``, case-sensitive) and op types.
     ``renames``: prepare's map from a user's node name to the node that now computes it;
@@ -125,7 +128,7 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
         candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
         if not candidates:
             if node.op_type not in QUIET_OPS or node.domain not in ("", "ai.onnx"):
-                decisions.append(Decision(node_label(node), node.op_type, False, "no quantization pattern for this op"))
+                decisions.append(Decision(node_label(node), node.op_type, False, NO_PATTERN))
             continue
         name = node_label(node)
         if node in excluded:
