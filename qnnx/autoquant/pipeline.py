@@ -43,12 +43,13 @@ def refine(state: QuantState, refinement) -> QuantState:
     return state if after is None else after
 
 
-def run(model, calibration, config: QuantConfig) -> QuantState:
-    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples."""
+def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS) -> QuantState:
+    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``refinements``:
+    the refinements offered, in order (each runs when the config enables it)."""
     state = QuantState(config=config, source=model, data=calibration, report=QuantReport())
     for stage in STAGES_BEFORE:
         state = stage(state)
-    for refinement in REFINEMENTS:
+    for refinement in refinements:
         if refinement.enabled(config):
             state = refine(state, refinement)
     if not state.report.quantized() and not config.allow_float:

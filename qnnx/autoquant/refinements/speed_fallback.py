@@ -241,6 +241,9 @@ class SpeedFallback(Refinement):
     reads = ("float_model", "plan", "qparams", "qdq", "exclusions", "samples", "config")
     writes = ("plan", "qdq", "keep_float", "exclusions")
 
+    def __init__(self, timer: Timer | None = None):
+        self.timer = timer  # None: the config's target's timer (another one: tests, or a remote device)
+
     def enabled(self, config) -> bool:
         return config.refinements.speed_fallback != "off"
 
@@ -265,7 +268,7 @@ class SpeedFallback(Refinement):
             return realize_qdq(state.float_model, without(keep), state.qparams, config)
 
         choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
-                        timer=target(config.target).timer, progress=config.progress, qdq=state.qdq,
+                        timer=self.timer or target(config.target).timer, progress=config.progress, qdq=state.qdq,
                         auto=config.refinements.speed_fallback == "auto")
         if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
             return None, choice.report  # every match stays int8
