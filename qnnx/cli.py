@@ -351,6 +351,8 @@ def quantize(
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value))
     if random_calibration:
+        if images is not None:  # (they would be ignored: random samples are no images)
+            raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
