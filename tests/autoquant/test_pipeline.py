@@ -595,7 +595,7 @@ def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibrator):
     options = dict(calibrator=calibrator, sequential_passes=2)
     qparams, runs = _calibrated_counting_runs(g.model("y"), samples(4, (1, 3, 6, 6)), **options)
     assert set(qparams) == {"x", "a", "b", "y"}  # the observed roots; neither d nor the gate
-    assert len({name for names, _ in runs for name in names}) == 4  # and nothing else is fetched
+    assert len({name for names, _, _ in runs for name in names}) == 4  # and nothing else is fetched
     qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), **options)
     # the Div is a rescaled DequantizeLinear of a's integers (ScalePattern)
     conv2_input = nodes_by_name(qm.qdq)["conv2"].inputs[0].producer()
@@ -885,11 +885,9 @@ def test_bounded_elementwise_outputs_get_their_whole_range():
     assert y_scale == pytest.approx(2 / 255, rel=1e-6)
 
 
-def test_hard_swish_gate_gets_its_whole_range_unobserved(monkeypatch):
+def test_hard_swish_gate_gets_its_whole_range_unobserved():
     # x * Clip(x + 3, 0, 6) / 6 on data within [-1, 1]: the gate only ever sees [2, 4], yet it is
     # 6 * HardSigmoid(x) and gets [0, 6] without being observed, as HardSigmoid gets [0, 1]
-    from qnnx.calibrate import observers
-
     g = Graph()
     x = g.input("x", [1, 3, 6, 6])
     a = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3, k=1) * 0.1, "w1")], name="conv1", out="a")
@@ -898,20 +896,13 @@ def test_hard_swish_gate_gets_its_whole_range_unobserved(monkeypatch):
                   name="clip", out="gate")
     m = g.node("Mul", [a, gate], name="mul", out="m")
     g.node("Div", [m, g.const(np.array(6.0, np.float32))], name="div", out="y")
-    observed = set()
-    real = observers.Observer.observe
-
-    def observe(self, v):
-        if np.size(v) > 1:  # (the constant 3 gets qparams of its own)
-            observed.add((self, float(np.min(v)), float(np.max(v))))
-        real(self, v)
-
-    monkeypatch.setattr(observers.Observer, "observe", observe)
     data = [np.clip(d, -1, 1) for d in samples(4, (1, 3, 6, 6))]
     qm = _quantize(g.model("y"), data, speed_fallback="off")
     g_scale, g_zp = qparams_of(qdq_of(qm.qdq, "gate")[0])
     assert int(g_zp) == 0 and float(g_scale) == pytest.approx(6 / 255, rel=1e-6)
-    assert not any(2.0 <= lo and hi <= 4.0 for _, lo, hi in observed)  # no observer saw the gate's values
+    _, runs = _calibrated_counting_runs(g.model("y"), data, speed_fallback="off")
+    observed = [(float(np.min(o)), float(np.max(o))) for _, _, outs in runs for o in outs if np.size(o) > 1]
+    assert observed and not any(2.0 <= lo and hi <= 4.0 for lo, hi in observed)  # nothing fetched the gate's values
 
 
 def test_division_after_an_excluded_node_stays_float_instead_of_failing():
@@ -969,15 +960,16 @@ def _batch_model(mix: bool = False):
 def _calibrated_counting_runs(model, data, **cfg):
     """Calibrate as quantize does (prepare, smooth, plan, then the configured calibrator), counting the
     calibrator's ONNX Runtime runs through its ``run`` parameter. Returns (qparams by root value name,
-    [(fetched names, feed) of each run])."""
+    [(fetched names, feed, outputs) of each run])."""
     state = QuantState(config=QuantConfig(progress=False, **cfg), source=model, data=data)
     for stage in (stages.PREPARE, stages.SMOOTH, stages.PLAN):
         state = stage(state)
     runs = []
 
     def counting(sess, names, feed):
-        runs.append((list(names), feed))
-        return runtime.run(sess, names, feed)
+        outs = runtime.run(sess, names, feed)
+        runs.append((list(names), feed, outs))
+        return outs
 
     calibrate = CALIBRATORS[state.config.calibration.calibrator]
     result = calibrate(state.float_model, state.plan, state.data, state.config, run=counting)
@@ -1001,7 +993,7 @@ def test_calibration_batches_samples_into_one_run(method):
     assert len(runs_one) == 20
     # the first sample alone (its activations' size sets the batch), a probe of two (and its first
     # sample alone again, to compare), then batches of up to 8
-    assert [f["x"].shape[0] for _, f in runs_many] == [1, 2, 1, 8, 8, 1]
+    assert [f["x"].shape[0] for _, f, _ in runs_many] == [1, 2, 1, 8, 8, 1]
     s1, s8 = _root_scales(one), _root_scales(many)
     assert s1.keys() == s8.keys() and s1
     for k in s1:
@@ -1013,7 +1005,7 @@ def test_calibration_does_not_batch_a_model_that_mixes_samples():
     model = _batch_model(mix=True)
     one, _ = _calibrated_counting_runs(model, data, method="minmax", batch_size=1)
     many, runs = _calibrated_counting_runs(model, data, method="minmax", batch_size=8)
-    assert [f["x"].shape[0] for _, f in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
     assert _root_scales(many) == _root_scales(one)
 
 
@@ -1024,7 +1016,7 @@ def test_calibration_does_not_batch_a_model_that_mixes_samples():
 def test_calibration_keeps_one_sample_per_run(why, model_fn, cfg):
     shape = (1, 3, 12, 12) if "moving" in why else (1, 3, 8, 8)
     _, runs = _calibrated_counting_runs(model_fn(), samples(5, shape=shape), batch_size=8, **cfg)
-    assert [f["x"].shape[0] for _, f in runs] == [1] * 5, why
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1] * 5, why
 
 
 def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
@@ -1034,11 +1026,11 @@ def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
     monkeypatch.setattr(calibration, "CALIBRATION_BATCH_BYTES", 16 << 10)
     _, runs = _calibrated_counting_runs(_batch_model(), samples(7, shape=(1, 3, 12, 12)), method="minmax",
                                         batch_size=8)
-    assert [f["x"].shape[0] for _, f in runs] == [1, 2, 1, 2, 2]
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 2, 1, 2, 2]
     monkeypatch.setattr(calibration, "CALIBRATION_BATCH_BYTES", 8 << 10)
     _, runs = _calibrated_counting_runs(_batch_model(), samples(4, shape=(1, 3, 12, 12)), method="minmax",
                                         batch_size=8)
-    assert [f["x"].shape[0] for _, f in runs] == [1, 1, 1, 1]
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 1, 1, 1]
 
 
 def test_the_next_calibration_run_is_under_way_while_the_caller_observes():
