@@ -22,8 +22,13 @@ from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import QuantReport
+<<<<<<< HEAD
 from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
                                    TARGET_CHECK)
+=======
+from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH, TARGET_CHECK,
+                                   nothing_quantized)
+>>>>>>> tests-migration
 from qnnx.autoquant.state import QuantState
 from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
@@ -59,6 +64,7 @@ def refine(state: QuantState, refinement, verdicts: list | None = None) -> Quant
     return after
 
 
+<<<<<<< HEAD
 def with_errors(state: QuantState) -> QuantState:
     """``state`` with its QDQ model's error on each held-out sample."""
     return replace(state, validation_errors=sample_errors(state.qdq, state.validation, state.validation_reference))
@@ -104,6 +110,15 @@ def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
         else:
             plain = state
     for refinement in REFINEMENTS:
+=======
+def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS) -> QuantState:
+    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``refinements``:
+    the refinements offered, in order (each runs when the config enables it)."""
+    state = QuantState(config=config, source=model, data=calibration, report=QuantReport())
+    for stage in STAGES_BEFORE:
+        state = stage(state)
+    for refinement in refinements:
+>>>>>>> tests-migration
         if refinement.enabled(config):
             state = refine(state, refinement, verdicts)
     if plain is not None and state is not plain:
@@ -115,16 +130,10 @@ def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
     if state.validation is not None:
         state.report.records["validation"] = ValidationRecord(tuple(verdicts))
     if not state.report.quantized() and not config.allow_float:
-        raise QnnxError("nothing was quantized: " + _why_float(state) + "; the model would be written all float. "
-                        "Pass allow_float=True (--allow-float) to write it anyway")
+        raise nothing_quantized(state.plan)
     for stage in STAGES_AFTER:
         state = stage(state)
     return state
-
-
-def _why_float(state: QuantState) -> str:
-    reasons = {d.reason for d in state.plan.decisions if not d.quantized}
-    return "; ".join(sorted(reasons)[:3]) or "no pattern matched"
 
 
 class QuantizedModel:
