@@ -22,13 +22,8 @@ from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import QuantReport
-<<<<<<< HEAD
 from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
-                                   TARGET_CHECK)
-=======
-from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH, TARGET_CHECK,
-                                   nothing_quantized)
->>>>>>> tests-migration
+                                   TARGET_CHECK, nothing_quantized)
 from qnnx.autoquant.state import QuantState
 from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
@@ -64,7 +59,6 @@ def refine(state: QuantState, refinement, verdicts: list | None = None) -> Quant
     return after
 
 
-<<<<<<< HEAD
 def with_errors(state: QuantState) -> QuantState:
     """``state`` with its QDQ model's error on each held-out sample."""
     return replace(state, validation_errors=sample_errors(state.qdq, state.validation, state.validation_reference))
@@ -88,9 +82,10 @@ def _adopt(state: QuantState, other: QuantState) -> QuantState:
     return replace(other, config=state.config, report=state.report)
 
 
-def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
+def run(model, calibration, config: QuantConfig, validation=None, refinements=REFINEMENTS) -> QuantState:
     """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``validation``:
-    held-out samples (or ``config.calibration.validation`` of the calibration samples set apart)."""
+    held-out samples (or ``config.calibration.validation`` of the calibration samples set apart);
+    ``refinements``: the refinements offered, in order (each runs when the config enables it)."""
     state = QuantState(config=config, source=model, data=calibration, report=QuantReport(), validation=validation)
     planned = None
     for stage in STAGES_BEFORE:
@@ -109,16 +104,7 @@ def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
                 state = _adopt(state, plain)
         else:
             plain = state
-    for refinement in REFINEMENTS:
-=======
-def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS) -> QuantState:
-    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``refinements``:
-    the refinements offered, in order (each runs when the config enables it)."""
-    state = QuantState(config=config, source=model, data=calibration, report=QuantReport())
-    for stage in STAGES_BEFORE:
-        state = stage(state)
     for refinement in refinements:
->>>>>>> tests-migration
         if refinement.enabled(config):
             state = refine(state, refinement, verdicts)
     if plain is not None and state is not plain:
