@@ -71,3 +71,19 @@ def ints(a) -> list[int]:
 @pytest.fixture
 def rng():
     return np.random.default_rng(20240611)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``exact_u8s8`` tests compare with ONNX Runtime's fused u8 x s8 integer kernels bit for bit; where those
+    kernels clip their 16-bit pair sums (x86 without VNNI), ORT computes another function and the
+    comparison has no oracle: they are skipped with that reason (the report warns users the same way)."""
+    marked = [item for item in items if item.get_closest_marker("exact_u8s8")]
+    if not marked:
+        return
+    from qnnx.targets.onnxruntime.kernels import u8s8_saturates
+
+    if u8s8_saturates():
+        skip = pytest.mark.skip(reason="ONNX Runtime's u8 x s8 kernels clip 16-bit pair sums on this CPU (x86 "
+                                       "without VNNI): no exact oracle here")
+        for item in marked:
+            item.add_marker(skip)

@@ -148,6 +148,7 @@ class RefinementOptions:
     ``min_sqnr_db`` / ``min_cosine``: the accuracy guard's target for every output against float (on the
     held-out samples, else the refinement samples); the costliest patterns return to float until it is
     met. None: the report's "far from float" bounds (6 dB, 0.9), so a far output is rescued or refused.
+    ``accuracy_guard``: False writes the model whatever its outputs (the report still warns when far).
     """
 
     smoothing_alpha: float | None = 0.5
@@ -158,6 +159,7 @@ class RefinementOptions:
     speed_plan: tuple[str, ...] | None = None
     min_sqnr_db: float | None = None
     min_cosine: float | None = None
+    accuracy_guard: bool = True
 
     def __post_init__(self):
         if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:

@@ -82,7 +82,7 @@ def _adopt(state: QuantState, other: QuantState) -> QuantState:
     return replace(other, config=state.config, report=state.report)
 
 
-def run(model, calibration, config: QuantConfig, validation=None, refinements=REFINEMENTS) -> QuantState:
+def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, validation=None) -> QuantState:
     """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``validation``:
     held-out samples (or ``config.calibration.validation`` of the calibration samples set apart);
     ``refinements``: the refinements offered, in order (each runs when the config enables it)."""
@@ -155,4 +155,4 @@ def quantize(model, calibration, config: QuantConfig | None = None, validation=N
     .npy/.npz files, an :class:`~qnnx.data.ImageFolder`, a :class:`~qnnx.data.CalibrationData`, or
     an iterable of arrays (single input) / dicts by input name. ``validation``: held-out samples of the
     same kinds; each range method and refinement is then kept only when it lowers the error on them."""
-    return QuantizedModel(run(model, calibration, config or QuantConfig(), validation))
+    return QuantizedModel(run(model, calibration, config or QuantConfig(), validation=validation))

@@ -223,7 +223,7 @@ def test_terminal_summary(quantized):
         "  integer: Conv 2, GlobalAveragePool 1",
         "  float: Sigmoid 1: excluded by the user [sig1]",
         "  float: Abs 1: no quantization pattern for this op [abs1]",
-        "worst 4 layer(s) by SQNR: " + ", ".join(f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in layers),
+        "worst 4 layer(s) by SQNR: " + ", ".join(f"{e.node or e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in layers),
         "output SQNR: " + ", ".join(f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output)]
     assert format_summary(r).splitlines()[0] == r.summary().splitlines()[0]
     # without compare errors: the SQNR fallback's per-pattern scores, when there are any

@@ -390,7 +390,7 @@ def test_a_pattern_sharing_an_anchor_and_a_priority_is_refused():
 
 
 def test_pattern_kinds_and_contractions():
-    from qnnx.autoquant.speed import KINDS
+    from qnnx.autoquant.refinements.speed_fallback import KINDS
 
     kinds = {p.name: p.kind for p in P.PATTERNS}
     assert kinds == {"conv": "conv", "conv_transpose": "conv transpose", "matmul": "matmul/gemm",

@@ -49,7 +49,7 @@ def test_plan_writes_a_decision_for_every_node_and_refuses_a_model_with_nothing_
     g = Graph()
     x = g.input("x", [1, 4])
     nothing = g.model(g.node("Identity", [x]))
-    with pytest.raises(QnnxError, match="nothing was quantized: no node matched"):
+    with pytest.raises(QnnxError, match="nothing to quantize: no node matched"):
         stages.PLAN(stages.PREPARE(_state(nothing, data=[np.ones((1, 4), np.float32)])))
 
 

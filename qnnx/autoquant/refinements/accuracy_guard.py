@@ -57,7 +57,7 @@ class AccuracyGuard(Refinement):
     validated = False  # it is the held-out check itself
 
     def enabled(self, config) -> bool:
-        return True
+        return config.refinements.accuracy_guard
 
     def apply(self, state):
         options = state.config.refinements

@@ -18,6 +18,7 @@ import onnx_ir as ir
 from qnnx.ir import save_model
 from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwise_channels
 from qnnx.targets.onnxruntime.fusion_check import unfused
+from qnnx.targets.onnxruntime.kernels import u8s8_saturates
 from qnnx.targets.onnxruntime.latency import median_latency_ms
 
 
@@ -29,9 +30,15 @@ class OnnxRuntimeRecord:
     padding: list[PaddingRecord] = field(default_factory=list)
     unfused: list[str] = field(default_factory=list)
     fusable: int = 0
+    saturating: bool = False  # u8 x s8 groups on a CPU whose ORT kernels clip 16-bit pair sums (kernels.py)
 
     def lines(self) -> list[str]:
         out = []
+        if self.saturating:
+            out.append("note: ONNX Runtime on this CPU (x86 without VNNI) sums uint8 x int8 products in saturating "
+                       "16-bit pairs in some kernels (MatMulInteger, QGemm), so large sums in this model's integer "
+                       "matmuls can be clipped (the output figures above include it); int8 x int8 kernels are exact "
+                       "here (--activation-dtype int8)")
         if self.unfused:
             out.append(f"WARNING: ONNX Runtime (CPU) would run {len(self.unfused)} of {self.fusable} quantized "
                        "conv/matmul group(s) in float, not as integer kernels: " + ", ".join(self.unfused[:8])
@@ -57,7 +64,9 @@ class OnnxRuntimeTarget:
     def check(self, qdq: ir.Model) -> OnnxRuntimeRecord:
         model, padding = self._exported(qdq)
         missed, fusable = unfused(model)
-        return OnnxRuntimeRecord(padding, missed, fusable)
+        u8 = any(n.op_type == "QuantizeLinear" and len(n.inputs) > 2 and n.inputs[2] is not None
+                 and n.inputs[2].dtype == ir.DataType.UINT8 for n in model.graph)
+        return OnnxRuntimeRecord(padding, missed, fusable, saturating=bool(fusable) and u8 and u8s8_saturates())
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per run of each model (CPU, one thread), timed interleaved, each as exported."""
