@@ -417,7 +417,7 @@ def _as_uint8(b: Builder, w: ir.Value) -> ir.Value:
     arr = const_array(w)
     if arr is not None:
         return b.const((np.asarray(arr).astype(np.int16) + _U8_OFFSET).astype(np.uint8), "b_uint8")
-    shifted = b.op("Add", [b.op("Cast", [w], to=ir.DataType.INT16), b.const(np.int16(_U8_OFFSET), "u8_offset")])
+    shifted = b.op("Add", [b.op("Cast", [w], to=ir.DataType.INT32), b.const(np.int32(_U8_OFFSET), "u8_offset")])
     return b.op("Cast", [shifted], to=ir.DataType.UINT8, hint="b_uint8")
 
 
