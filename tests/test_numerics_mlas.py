@@ -14,6 +14,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import ort_matmul_integer, ort_u8s8_saturates, u8s8_pair_sums
+
 from qnnx import numerics
 from qnnx.errors import QnnxError
 from qnnx.numerics_mlas import fma_f32, span_kind
@@ -134,3 +136,26 @@ def test_span_kind_unknown_sizes_refused():
 def test_mlas_limits_are_errors(call, match):
     with pytest.raises(QnnxError, match=match):
         call()
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 7, 3), (5, 7, 3), (8, 6, 5), (4, 64, 16), (33, 130, 40)])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_onnxruntime_u8s8_matmul_is_exact_or_saturates_byte_pairs(m, k, n, per_column):
+    """What ORT's u8 x s8 integer product is on this CPU: exact (VNNI, AMX, Arm), or the sum of int16
+    saturated pairs of raw byte products (AVX2 without VNNI), never anything else. qnnx's canonical
+    form and lowering are exact, so on the second kind of CPU the comparisons of a u8 x s8 model with
+    ORT differ by the saturation (conftest.U8S8_SATURATION_NOTE)."""
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    az = np.uint8(rng.integers(0, 256))
+    bz = rng.integers(-128, 128, n if per_column else ()).astype(np.int8)
+    got = ort_matmul_integer(a, b, az, bz)
+    a64, b64, bz64 = a.astype(np.int64), b.astype(np.int64), np.asarray(bz).astype(np.int64)
+    exact = (a64 - int(az)) @ (b64 - bz64)
+    if not ort_u8s8_saturates():
+        np.testing.assert_array_equal(got, exact)
+        return
+    paired = u8s8_pair_sums(a, b) - int(az) * b64.sum(0) - bz64 * a64.sum(1)[:, None] + k * int(az) * bz64
+    np.testing.assert_array_equal(got, paired)
+    assert m == 1 or np.any(paired != exact), "degenerate test: no pair saturated"

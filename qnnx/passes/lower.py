@@ -8,7 +8,8 @@ emitters of :mod:`qnnx.passes.lower_arith`:
     requantize                      -> Sub zp (int64), fixed-point or float rescale, Add zp, clamp, Cast
     conv                            -> ConvInteger (int16 inputs as two byte planes; per-channel
                                        weight zero points by a window-sum correction) + Add bias
-    matmul                          -> MatMulInteger, or int64 MatMul where ORT has no integer kernel
+    matmul                          -> MatMulInteger (uint8 x int8 as uint8 x uint8: exact on every CPU),
+                                       or int64 MatMul where ORT has no integer kernel
     add / sub / mul                 -> int64 arithmetic with the numerics multipliers
     concat                          -> requantize each input, Concat
     avg_pool / global_avg_pool      -> window sums (ConvInteger with a ones kernel / ReduceSum) + rescale
@@ -388,6 +389,9 @@ def _matmul(node, a, b):
     numerics.check_zero_point(bz, wt, "b_zero_point")
     b_2d = w.shape is not None and len(w.shape) == 2
     if xt.name in _MMI_TYPES and wt.name in _MMI_TYPES and az.size == 1 and (bz.size == 1 or b_2d):
+        if xt.name == "uint8" and wt.name == "int8":
+            w, wt, bz = _as_uint8(b, w), int_type("uint8"), bz + _U8_OFFSET
+
         def zp_const(z, t, hint):
             return b.const(np.asarray(z if z.size > 1 else z[0], dtype=t.numpy), hint)
 
@@ -400,6 +404,21 @@ def _matmul(node, a, b):
     b64 = _sub_zero_point(b, w, bz if bz.size > 1 else bz.reshape(()))
     acc = b.op("MatMul", [a64, b64], hint="matmul_i64")
     return [_plus_bias(b, node, b.op("Cast", [acc], to=ir.DataType.INT32, hint="wrap_int32"), 6)]
+
+
+def _as_uint8(b: Builder, w: ir.Value) -> ir.Value:
+    """int8 ``w`` + 128 as uint8 (its zero point moves by the same 128: ``w - wz`` is unchanged).
+
+    MatMulInteger gets uint8 x uint8 instead of uint8 x int8: ONNX Runtime's x86-64 AVX2 kernel for
+    u8 x s8 without VNNI (MLAS ``QgemmU8X8KernelAvx2.S``, ``vpmaddubsw``) adds the products of the
+    raw bytes in pairs saturated to int16, so its int32 result is not the exact product on such a
+    CPU; every u8 x u8 kernel widens to int16 first and is exact.
+    """
+    arr = const_array(w)
+    if arr is not None:
+        return b.const((np.asarray(arr).astype(np.int16) + _U8_OFFSET).astype(np.uint8), "b_uint8")
+    shifted = b.op("Add", [b.op("Cast", [w], to=ir.DataType.INT32), b.const(np.int32(_U8_OFFSET), "u8_offset")])
+    return b.op("Cast", [shifted], to=ir.DataType.UINT8, hint="b_uint8")
 
 
 def _plus_bias(b: Builder, node: ir.Node, acc: ir.Value, index: int) -> ir.Value:

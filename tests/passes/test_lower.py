@@ -143,6 +143,17 @@ def test_matmul(adtype, bdtype, a_shape, b_shape, per_row_a):
     _compare(m, {"a": a})
 
 
+def test_matmul_uint8_by_an_int8_graph_input_is_exact():
+    """u8 x s8 is lowered as u8 x u8: ORT's AVX2 u8 x s8 kernel (no VNNI) saturates pairs of raw byte
+    products to int16, which these full-range bytes trigger on such a CPU (255 * -128 * 2 < -32768)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(200, 256, (4, 16)).astype(np.uint8)
+    bm = rng.integers(-128, -100, (16, 8)).astype(np.int8)
+    consts = dict(sa=np.float32(0.1), az=np.int32(3), sb=_scales(rng, 8), bz=_zps(rng, np.int8, 8))
+    m = _model("matmul", {"a": a, "b": bm}, consts, ["a", "sa", "az", "b", "sb", "bz"], {})
+    _compare(m, {"a": a, "b": bm})
+
+
 @pytest.mark.parametrize("rounding,compute", MODES)
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
 @pytest.mark.parametrize("per_axis", [False, True])
