@@ -699,6 +699,7 @@ CONV_CASES = {
 }
 
 
+@pytest.mark.exact_u8s8  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("case", list(CONV_CASES))
 def test_conv(case, rng):
     # qnnx.conv (int32 accumulator, scale sx*sw) + qnnx.requantize; tolerances in CONV_CASES. A bias
@@ -784,6 +785,7 @@ def test_conv_transpose_negative_per_channel_on_axis0(rng):
 # --------------------------------------------------------------------------- MatMul, Gemm
 
 
+@pytest.mark.exact_u8s8(ids=("uint8",))  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("adtype", [U8, I8])
 def test_matmul(per_column, adtype, rng):
@@ -809,6 +811,7 @@ def test_matmul_negative_b_per_row(rng):
     assert_left_in_float(m, "matmul", "MatMul", "per-axis along axis 0; matmul needs per-column")
 
 
+@pytest.mark.exact_u8s8  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("per_channel,bias", [(False, "same"), (True, "same"), (True, "other"), (False, None)])
 def test_gemm(per_channel, bias, rng):
     # Gemm(transB=1) + bias -> qnnx.matmul on the transposed constant B + requantize. Bit-exact: ORT
@@ -1175,6 +1178,7 @@ def _float_net() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
+@pytest.mark.exact_u8s8  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_whole_model_quantized_by_onnxruntime(per_channel, activation, tmp_path):

@@ -190,6 +190,7 @@ def _qgemm(rng, *, per_column: bool, trans_b: bool, bias: bool, quantized_output
     return model, {"a": a}
 
 
+@pytest.mark.exact_u8s8(ids=("uint8",))  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("adtype", [U8, I8])
@@ -201,6 +202,7 @@ def test_qgemm(per_column, trans_b, adtype, rng):
     compare(model, feeds, lsb=0, ops=["matmul", "requantize"])
 
 
+@pytest.mark.exact_u8s8  # bit-exact with ORT's fused u8 x s8 kernels
 @pytest.mark.parametrize("bias", [False, True])
 def test_qgemm_float_output(bias, rng):
     # Without y_scale QGemm returns float: the accumulator dequantized by sa*sb (float32 product, one
