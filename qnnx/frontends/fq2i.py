@@ -30,6 +30,7 @@ from onnx_ir.passes.common import ShapeInferencePass
 
 from qnnx import numerics
 from qnnx.dialect import DOMAIN
+from qnnx.dialect.validate import check_graph
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to
@@ -260,6 +261,7 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
         report.converted[node.op_type] = report.converted.get(node.op_type, 0) + 1
         reasons[node] = "converted, but a float consumer still uses its float output"
     _remove_dead_nodes(graph)
+    check_graph(graph)  # the canonical model keeps the qparams rules it was imported under
     _collect_float_leftovers(graph, reasons, report)
     if strict and report.left_in_float:
         names = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)

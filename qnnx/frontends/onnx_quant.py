@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.dialect import DOMAIN, VERSION
+from qnnx.dialect.validate import check_graph, check_node
 from qnnx.dtypes import INT_TYPES, int_type, is_int_type
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, replace_node
@@ -59,7 +60,10 @@ def _int32_zero_point(b: Builder, zp: ir.Value | None, hint: str) -> ir.Value:
         return b.const(np.int32(0), hint)
     arr = const_array(zp)
     if arr is not None:
-        return b.const(np.asarray(arr).astype(np.int64).astype(np.int32), hint)
+        arr = np.asarray(arr)
+        if arr.dtype.kind not in "iu" and not is_int_type(arr.dtype):
+            raise QnnxError(f"zero point {zp.name!r} must be an integer tensor, got dtype {arr.dtype}")
+        return b.const(arr.astype(np.int64).astype(np.int32), hint)
     return b.op("Cast", [zp], to=ir.DataType.INT32, hint=hint)
 
 
@@ -209,11 +213,13 @@ def _dynamic_quantize_linear(node: ir.Node, b: Builder):
 
 
 def import_onnx(model, *, copy: bool = True) -> ir.Model:
-    """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``)."""
+    """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``); every qnnx
+    op, imported or already there, keeps the qparams rules (:mod:`qnnx.dialect.validate`)."""
     from qnnx.ir import load_model
 
     m = load_model(model, copy=copy)
     graph = m.graph
+    check_graph(graph)  # qnnx ops already in the file
     changed = False
     for node in list(graph):
         rule = IMPORT_RULES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
@@ -222,6 +228,9 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
         b = Builder(graph, node.name or node.op_type)
         try:
             new_values = rule(node, b)
+            for new in b.nodes:  # the qparams rules, on the op the ONNX one became
+                if new.domain == DOMAIN:
+                    check_node(new)
         except QnnxError as e:
             raise e.at(f"node {node.name or node.op_type!r} ({node.op_type})") from None
         if new_values is None:

@@ -14,27 +14,47 @@ import onnx
 import onnx_ir as ir
 
 from qnnx.errors import QnnxError
+from qnnx.ir.validate import check_model
 
 ModelLike = "str | os.PathLike | onnx.ModelProto | ir.Model"
 
 
 def load_model(model, *, copy: bool = True) -> ir.Model:
     """An ``ir.Model`` from a path, a ModelProto or an ir.Model (copied unless ``copy=False``,
-    so passes never mutate what the caller handed in)."""
+    so passes never mutate what the caller handed in). A file or ModelProto is checked first
+    (:func:`qnnx.ir.validate.check_model`): this is where models enter qnnx."""
     if isinstance(model, ir.Model):
         return model.clone() if copy else model
     if isinstance(model, onnx.ModelProto):
-        return ir.from_proto(model)
+        return _deserialize(model, None, None)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
-            raise QnnxError("file not found", where=str(path))
+            raise QnnxError("file not found" if not path.is_dir() else "is a directory, not an ONNX file",
+                            where=str(path))
         try:
-            return ir.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except Exception as e:  # protobuf raises several types for truncated/garbage files
             raise QnnxError(f"not a readable ONNX model ({type(e).__name__}: {str(e)[:200]})",
                             where=str(path)) from None
+        return _deserialize(proto, str(path.parent), str(path))
     raise QnnxError(f"expected a path, onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
+
+
+def _deserialize(proto: onnx.ModelProto, base_dir: str | None, where: str | None) -> ir.Model:
+    """The checked proto as an ``ir.Model`` (external data resolved against ``base_dir``, nodes
+    sorted topologically when the file lists them out of order)."""
+    ordered = check_model(proto, base_dir=base_dir, where=where)
+    try:
+        m = ir.serde.deserialize_model(proto)
+    except Exception as e:  # onnx-ir refuses what the checks above do not cover (e.g. a bad attribute)
+        raise QnnxError(f"not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0][:200]})",
+                        where=where) from None
+    if base_dir is not None:
+        ir.external_data.set_base_dir(m.graph, base_dir)
+    if not ordered:
+        m.graph.sort()
+    return m
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:
