@@ -48,6 +48,7 @@ Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # 
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
 _IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
+_RANDOM_CALIBRATION_BYTES = 1 << 30  # --random-calibration refuses samples larger than this in total
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
 
@@ -67,10 +68,11 @@ def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _output_path(inp: str, out: str) -> Path:
-    if Path(out).resolve() == Path(inp).resolve():
-        raise QnnxError("refusing to overwrite the input model; choose another -o path", where=out)
-    return Path(out)
+def _output_path(out: str, model: str | None = None, calib: str | None = None) -> Path:
+    """Every command's ``-o``: not an input, not inside an input directory, writable (qnnx.paths)."""
+    from qnnx.paths import check_output
+
+    return check_output(out, {"model": model, "calibration data": calib})
 
 
 def _version(value: bool) -> None:
@@ -98,7 +100,7 @@ def import_(model: Annotated[str, _model("input .onnx file (never modified)")],
     from qnnx.ir import save_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m = import_onnx(model)
     n = sum(1 for node in m.graph if node.domain == "qnnx")
     save_model(m, out)
@@ -119,7 +121,7 @@ def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never mod
     from qnnx.ir import save_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m, report = convert_qdq(model, strict=strict, numerics=numerics)
     save_model(m, out)
     show_lines(f"{report.summary()}\nwrote {out}")
@@ -136,7 +138,7 @@ def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX q
     from qnnx.passes.lower import lower as lower_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m = lower_model(import_onnx(model), copy=False)
     save_model(m, out)
     show_lines(f"wrote {out} ({m.graph.num_nodes()} standard ONNX ops, no qnnx ops)")
@@ -261,12 +263,15 @@ def quantize(
     images = _image_preprocess(preprocess, resize, mean, std, scale, channel_order, layout, letterbox)
     if images is not None and calib is None:
         raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
-    out = _output_path(model, output)
+    out = _output_path(output, model, calib)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
 
         if Path(report_dir).resolve() == out.resolve():
             raise QnnxError("--report and -o name the same path", where=report_dir)
+        for inp in (model, calib):
+            if inp is not None and Path(report_dir).resolve() in (Path(inp).resolve(), *Path(inp).resolve().parents):
+                raise QnnxError(f"--report would replace a directory holding the input {inp}", where=report_dir)
         check_report_directory(report_dir)
     config = QuantConfig(method=method.value, percentile=percentile, activation_dtype=activation_dtype.value,
                          activation_symmetric=symmetric, per_channel=per_channel,
@@ -314,15 +319,25 @@ def _image_preprocess(preset, resize, mean, std, scale, channel_order, layout, l
 def _random_samples(model_path: str, n: int, seed: int):
     """Standard-normal samples for a model with static input shapes (only behind --random-calibration)."""
     import numpy as np
+    import onnx_ir as ir
 
     from qnnx.autoquant.data import input_specs
     from qnnx.ir import load_model
 
     specs = input_specs(load_model(model_path))
+    total = 0
     for s in specs:
         if s.shape is None or any(d is None for d in s.shape):
             raise QnnxError(f"input {s.name!r} has dynamic dims; random calibration needs static shapes",
                             where=model_path)
+        if s.dtype not in (None, ir.DataType.FLOAT):
+            raise QnnxError(f"input {s.name!r} is {s.dtype.name}; random calibration makes float32 samples only: "
+                            "give --calib", where=model_path)
+        total += 4 * int(np.prod(s.shape, dtype=object))
+    if total * n > _RANDOM_CALIBRATION_BYTES:  # refused before allocating anything
+        raise QnnxError(f"random calibration would need {total * n / 2**30:.3g} GiB ({n} samples of "
+                        f"{', '.join(f'{s.name} {list(s.shape)}' for s in specs)}); give --calib or fewer "
+                        "--num-samples", where=model_path)
     rng = np.random.default_rng(seed)
     return [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(n)]
 
@@ -371,10 +386,39 @@ def bench(
     from qnnx.analysis.latency import median_latency_ms
     from qnnx.terminal import show_latency
 
-    for m in models:
-        if not Path(m).is_file():
-            raise QnnxError("file not found", where=m)
+    _same_inputs(models, random=data is None)
     show_latency(median_latency_ms(models, data, threads=threads, repeats=repeats), threads)
+
+
+def _same_inputs(models: list[str], *, random: bool) -> None:
+    """bench feeds every model one input: their inputs must agree (names, dtypes, static dims), and
+    random inputs are float32, so without --data every input must be float."""
+    from qnnx.autoquant.data import input_specs
+    from qnnx.ir import load_model
+
+    first = {s.name: s for s in input_specs(load_model(models[0]))}
+    for m in models[1:]:
+        mine = {s.name: s for s in input_specs(load_model(m))}
+        if set(mine) != set(first):
+            raise QnnxError(f"inputs {', '.join(sorted(mine))} differ from {models[0]}'s ({', '.join(sorted(first))}); "
+                            "bench feeds every model the same input", where=m)
+        for name, s in mine.items():
+            f = first[name]
+            dims_differ = s.shape is not None and f.shape is not None and (
+                len(s.shape) != len(f.shape) or any(a != b for a, b in zip(s.shape, f.shape) if a and b))
+            if s.dtype != f.dtype or dims_differ:
+                raise QnnxError(f"input {name!r} is {_spec_text(s)} here but {_spec_text(f)} in {models[0]}; bench "
+                                "feeds every model the same input", where=m)
+    if random:
+        for s in first.values():
+            if s.dtype is not None and not s.dtype.is_floating_point():
+                raise QnnxError(f"input {s.name!r} is {s.dtype.name}; without --data bench feeds random float "
+                                "values: give --data", where=models[0])
+
+
+def _spec_text(s) -> str:
+    dims = "?" if s.shape is None else "x".join("?" if d is None else str(d) for d in s.shape)
+    return f"{s.dtype.name if s.dtype is not None else 'untyped'} [{dims}]"
 
 
 @app.command("ops", short_help="list the qnnx dialect's ops",
@@ -410,6 +454,8 @@ def demo(
         if not quiet:
             print(f"qnnx demo: {line}", file=sys.stderr)
 
+    if output is not None:
+        _output_path(output)
     show_demo(ppocr_cls.run(samples, eval_samples, seed, output, log=log, export=export))
 
 

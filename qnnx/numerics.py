@@ -91,11 +91,12 @@ def check_scale(scale, name: str = "scale") -> np.ndarray:
         idx = np.argwhere(bad)[0]
         where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
         raise QnnxError(f"{name} must be positive and finite, got {s[tuple(idx)]!r}{where}")
-    tiny = s < np.finfo(s.dtype).tiny  # 1/scale overflows; quantizing by it is not a number
+    tiny = s < np.finfo(np.float32).tiny  # a float32 denormal: 1/scale overflows float32
     if tiny.any():
         idx = np.argwhere(tiny)[0]
         where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
-        raise QnnxError(f"{name} must be a normal float, got the denormal {s[tuple(idx)]!r}{where}")
+        raise QnnxError(f"{name} must be at least {np.finfo(np.float32).tiny:.4g} (a normal float32), got the "
+                        f"denormal {s[tuple(idx)]!r}{where}")
     return s
 
 

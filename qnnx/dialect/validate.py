@@ -161,7 +161,9 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
             numerics.check_zero_point(zp, dtype, z_name)
         elif not integral:
             numerics.check_zero_point(zp, int_type("int32"), z_name)  # integral values at least
-    if qp.tensor == OUT and node.outputs[0].shape is None and node.op_type not in _BROADCASTING:
+    if node.op_type in _BROADCASTING[:3]:
+        tensor = node.outputs[0]  # a and b's per-axis qparams run along the broadcast output's axis
+    elif qp.tensor == OUT and node.outputs[0].shape is None and node.op_type not in _BROADCASTING:
         tensor = _input(node, 0)  # same rank and same size along the qparams' axis
     shape = _shape(tensor)
     block = attrs.get("block_size") or 0 if qp.blocked else 0
@@ -179,7 +181,9 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
         if axis is None:
             raise QnnxError(f"{name} must be per-tensor (one value), got shape {p.shape}")
         if block:
-            if p.ndim == 0 or (shape is not None and p.ndim != len(shape)):
+            if p.ndim == 0:
+                continue  # one value for every block
+            if shape is not None and p.ndim != len(shape):
                 raise QnnxError(f"blocked {name} must have the input's rank, got shape {p.shape}")
             if shape is not None and all(isinstance(d, int) for d in shape):
                 numerics.broadcast_param(p, shape, axis, block, name)

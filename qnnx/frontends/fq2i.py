@@ -20,6 +20,7 @@ always followed by a requantize; every integer op carries explicit qparams.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -292,10 +293,15 @@ def _with_shapes(m: ir.Model) -> ir.Model:
             m = ir.from_proto(onnx.version_converter.convert_version(ir.to_proto(m), 13))
         except Exception as e:  # C++ converter errors
             raise QnnxError(f"cannot convert opset {opset} to 13: {str(e).splitlines()[0][:200]}") from None
+    logger = logging.getLogger("onnx_ir.passes.common.shape_inference")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # it logs a traceback when inference fails; that is not an error here
     try:
         return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # inference is best effort; the model itself was already validated by loading
         return m
+    finally:
+        logger.setLevel(level)
 
 
 def _remove_dead_nodes(graph: ir.Graph) -> None:

@@ -230,7 +230,10 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
             new_values = rule(node, b)
             for new in b.nodes:  # the qparams rules, on the op the ONNX one became
                 if new.domain == DOMAIN:
-                    check_node(new)
+                    try:
+                        check_node(new)
+                    except QnnxError as e:
+                        raise e.at(f"qnnx.{new.op_type}") from None
         except QnnxError as e:
             raise e.at(f"node {node.name or node.op_type!r} ({node.op_type})") from None
         if new_values is None:

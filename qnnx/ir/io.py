@@ -61,16 +61,32 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.to_proto(model)
 
 
+def umask() -> int:
+    """The process umask (read by setting it, as POSIX offers no getter, and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_model(model: ir.Model, path, *, external_data: str | None = None) -> Path:
-    """Write ``model`` to ``path`` atomically (temp file + rename)."""
+    """Write ``model`` to ``path`` atomically (temp file + rename), with the permissions any tool
+    gives a new file (0666 less the umask; the temp file alone would be private). A path that
+    cannot be written is a :class:`QnnxError` naming it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         ir.save(model, tmp, external_data=external_data)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise QnnxError(f"cannot write the model: {e.strerror or e}", where=str(path)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path

@@ -1,7 +1,7 @@
 """Is this a model qnnx can work on? Checked once, on the ModelProto, when a model enters qnnx.
 
 A model from a file or a ``ModelProto`` must have a graph (an empty file parses as an empty
-ModelProto), every node input defined by a graph input, an initializer or another node (in a
+ModelProto), every node's domain imported (ONNX Runtime refuses the model otherwise), every node input defined by a graph input, an initializer or another node (in a
 subgraph: also by the enclosing scopes), no value produced twice, no cycle, its graph outputs
 defined, and initializers whose data match their dims and element type, external data included.
 A violation is a :class:`QnnxError` naming the node or tensor and the rule. Checking the proto,
@@ -107,7 +107,8 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
     return f"node {node.name or f'#{index}'!r} ({node.op_type})"
 
 
-def _check_graph(g: onnx.GraphProto, outer: set[str], base_dir: str | None, where: str | None) -> bool:
+def _check_graph(g: onnx.GraphProto, outer: set[str], base_dir: str | None, where: str | None,
+                 domains: set[str]) -> bool:
     """Checks ``g`` (and its subgraphs); returns whether its nodes are in topological order."""
     defined = set(outer)
     for v in g.input:
@@ -132,6 +133,9 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], base_dir: str | None, wher
     ordered = True
     seen = set(defined)
     for i, node in enumerate(g.node):
+        if (node.domain if node.domain != "ai.onnx" else "") not in domains:
+            raise QnnxError(f"{_node_label(node, i)} is in domain {node.domain!r}, which the model does not import "
+                            "(no opset_import entry for it)", where=where)
         for name in node.input:
             if not name or name in seen:
                 continue
@@ -144,7 +148,7 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], base_dir: str | None, wher
                 check_tensor(a.t, base_dir, where)
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 inner = f"{_node_label(node, i)} subgraph {a.name!r}"
-                _check_graph(sub, seen | set(producer), base_dir, f"{where}: {inner}" if where else inner)
+                _check_graph(sub, seen | set(producer), base_dir, f"{where}: {inner}" if where else inner, domains)
         seen.update(o for o in node.output if o)
     if not ordered:
         _check_acyclic(g, producer, where)
@@ -184,4 +188,6 @@ def check_model(proto: onnx.ModelProto, *, base_dir: str | None = None, where: s
     its nodes are already in topological order (else the caller sorts them)."""
     if not proto.HasField("graph"):
         raise QnnxError("not an ONNX model: it has no graph (an empty or non-ONNX file?)", where=where)
-    return _check_graph(proto.graph, set(), base_dir, where)
+    domains = {o.domain if o.domain != "ai.onnx" else "" for o in proto.opset_import}
+    domains |= {f.domain for f in proto.functions}  # nodes calling the model's own functions
+    return _check_graph(proto.graph, set(), base_dir, where, domains)

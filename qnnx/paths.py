@@ -1,0 +1,55 @@
+"""Output paths, checked before any work: qnnx never writes over what it reads.
+
+An output must not be, or lie inside, any input: the model, a calibration file or the calibration
+directory (``-o samples/000.npy`` would overwrite a sample). It must name a file that can be
+created: not empty, not an existing directory, in a directory that exists (or can be made) and
+takes new files (probed by creating one, so a read-only mount or /sys fails here, not after a
+calibration).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from qnnx.errors import QnnxError
+
+
+def _resolved(p) -> Path:
+    return Path(os.path.abspath(p)).resolve()
+
+
+def check_output(out, inputs: dict | None = None, *, option: str = "-o") -> Path:
+    """``out`` as a Path, or :class:`QnnxError` naming it and the rule it breaks. ``inputs``: what the
+    command reads, ``{"model": path, "calibration data": directory}``; None paths are ignored."""
+    if out is None or str(out).strip() == "":
+        raise QnnxError(f"{option} names no file (empty path)")
+    path = Path(out)
+    where = str(out)
+    target = _resolved(path)
+    for what, inp in (inputs or {}).items():
+        if inp is None:
+            continue
+        src = _resolved(inp)
+        if target == src:
+            raise QnnxError(f"refusing to overwrite the input {what}; choose another {option} path", where=where)
+        if src.is_dir() and src in target.parents:
+            raise QnnxError(f"refusing to write inside the {what} directory {inp}; choose another {option} path",
+                            where=where)
+    if target.is_dir():
+        raise QnnxError(f"{option} is an existing directory; give a file name", where=where)
+    if target.exists() and not target.is_file():
+        raise QnnxError(f"{option} exists and is not a regular file", where=where)
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise QnnxError(f"cannot create {path.name}: {parent} is not a directory", where=where)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".qnnx-probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise QnnxError(f"cannot write in {parent}: {e.strerror or e}", where=where) from None
+    return path
