@@ -31,7 +31,7 @@ from onnx_ir.passes.common import ShapeInferencePass
 
 from qnnx import numerics
 from qnnx.dialect import DOMAIN
-from qnnx.dialect.validate import check_graph
+from qnnx.dialect.qparams import check_graph
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to

@@ -25,7 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.dialect import DOMAIN, VERSION
-from qnnx.dialect.validate import check_graph, check_node
+from qnnx.dialect.qparams import check_graph, check_node
 from qnnx.dtypes import INT_TYPES, int_type, is_int_type
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, replace_node
@@ -98,7 +98,11 @@ def _product(b: Builder, s1: ir.Value, s2: ir.Value, hint: str) -> ir.Value:
     """``s1 * s2`` in float32, folded when both are constants (same arithmetic either way)."""
     a1, a2 = const_array(s1), const_array(s2)
     if a1 is not None and a2 is not None:
-        return b.const((np.asarray(a1, np.float32) * np.asarray(a2, np.float32)).astype(np.float32), hint)
+        a1, a2 = np.asarray(a1), np.asarray(a2)
+        if a1.size > 1 and a2.size > 1 and a1.shape != a2.shape:
+            raise QnnxError(f"scales {s1.name!r} {a1.shape} and {s2.name!r} {a2.shape} do not multiply: one of them "
+                            "must be per-tensor")
+        return b.const((a1.astype(np.float32) * a2.astype(np.float32)).astype(np.float32), hint)
     return b.op("Mul", [s1, s2], hint=hint)
 
 
@@ -143,6 +147,8 @@ def _output_dtype(node: ir.Node, zp: ir.Value | None, fallback: ir.Value) -> str
     name = _int_name(_dtype_of(zp)) or _int_name(_dtype_of(fallback))
     if name is None:
         raise QnnxError(f"{node.op_type} output type is unknown (untyped zero point)")
+    if name not in ("int8", "uint8"):  # QLinear* / com.microsoft QOperator outputs (the y zero point's type)
+        raise QnnxError(f"{node.op_type} outputs int8 or uint8 (the type of its output zero point), got {name}")
     return name
 
 
@@ -214,7 +220,7 @@ def _dynamic_quantize_linear(node: ir.Node, b: Builder):
 
 def import_onnx(model, *, copy: bool = True) -> ir.Model:
     """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``); every qnnx
-    op, imported or already there, keeps the qparams rules (:mod:`qnnx.dialect.validate`)."""
+    op, imported or already there, keeps the qparams rules (:mod:`qnnx.dialect.qparams`)."""
     from qnnx.ir import load_model
 
     m = load_model(model, copy=copy)

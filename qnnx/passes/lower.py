@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from qnnx import numerics, numerics_mlas
 from qnnx.dialect import DOMAIN
-from qnnx.dialect.validate import check_node
+from qnnx.dialect.qparams import check_node
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, load_model, replace_node
