@@ -161,10 +161,11 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
             numerics.check_zero_point(zp, dtype, z_name)
         elif not integral:
             numerics.check_zero_point(zp, int_type("int32"), z_name)  # integral values at least
+    label = "the output" if qp.tensor == OUT else _name(schema, qp.tensor)
     if node.op_type in _BROADCASTING[:3]:
-        tensor = node.outputs[0]  # a and b's per-axis qparams run along the broadcast output's axis
+        tensor, label = node.outputs[0], "the output"  # a and b's per-axis qparams run along the output's axes
     elif qp.tensor == OUT and node.outputs[0].shape is None and node.op_type not in _BROADCASTING:
-        tensor = _input(node, 0)  # same rank and same size along the qparams' axis
+        tensor, label = _input(node, 0), _name(schema, 0)  # same rank and same size along the qparams' axis
     shape = _shape(tensor)
     block = attrs.get("block_size") or 0 if qp.blocked else 0
     if qp.blocked and block < 0:
@@ -195,16 +196,11 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
             ax = numerics.normalize_axis(axis, len(shape))
             dim = shape[ax]
             if isinstance(dim, int) and p.size != dim:
-                raise QnnxError(f"{name} has {p.size} values but axis {axis} of {_described(qp, schema, tensor)} "
-                                f"(shape {list(shape)}) has {dim}")
+                shown = f"{label} {tensor.name!r}" if tensor.name else label
+                raise QnnxError(f"{name} has {p.size} values but axis {axis} of {shown} (shape {list(shape)}) has {dim}")
         sizes.append(p.shape)
     if len(sizes) == 2 and None not in sizes and sizes[0] != sizes[1]:
         raise QnnxError(f"{s_name} has shape {sizes[0]} but {z_name} has shape {sizes[1]}")
-
-
-def _described(qp: QParams, schema, tensor: ir.Value) -> str:
-    what = "the output" if qp.tensor == OUT else _name(schema, qp.tensor)
-    return f"{what} {tensor.name!r}" if tensor.name else what
 
 
 def check_graph(graph: ir.Graph, *, only=None) -> None:
