@@ -180,8 +180,9 @@ def matmul_integer(dtype="uint8", *, a_zp=None, b_zp=None):
     return _model([node], [_vi("a", DTYPES[dtype][0], [2, 4])], [_vi("y", T.INT32, [2, 3])], inits)
 
 
-def qlinear_add(dtype="uint8", *, a_scale=None, a_zp=None, b_scale=None, b_zp=None, y_scale=None, y_zp=None):
-    """com.microsoft QLinearAdd of two [1, 4] inputs."""
+def qlinear_add(dtype="uint8", *, a_scale=None, a_zp=None, b_scale=None, b_zp=None, y_scale=None, y_zp=None,
+                op="QLinearAdd"):
+    """com.microsoft QLinearAdd (or QLinearMul) of two [1, 4] inputs."""
     z = 128 if dtype == "uint8" else 0
     inits = [_init("a_scale", np.float32(0.1) if a_scale is None else a_scale),
              _zp_init("a_zero_point", dtype, z if a_zp is None else a_zp),
@@ -189,11 +190,93 @@ def qlinear_add(dtype="uint8", *, a_scale=None, a_zp=None, b_scale=None, b_zp=No
              _zp_init("b_zero_point", dtype, z if b_zp is None else b_zp),
              _init("y_scale", np.float32(0.3) if y_scale is None else y_scale),
              _zp_init("y_zero_point", dtype, z if y_zp is None else y_zp)]
-    node = helper.make_node("QLinearAdd", ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point",
-                                           "y_scale", "y_zero_point"], ["y"], name="qadd", domain="com.microsoft")
+    node = helper.make_node(op, ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point",
+                                 "y_scale", "y_zero_point"], ["y"], name=op.lower(), domain="com.microsoft")
     elem = DTYPES[dtype][0]
     return _model([node], [_vi("a", elem, [1, 4]), _vi("b", elem, [1, 4])], [_vi("y", elem, [1, 4])], inits,
                   ms=True)
+
+
+def ms_unary(op="QLinearSigmoid", dtype="uint8", *, x_scale=None, x_zp=None, y_scale=None, y_zp=None):
+    """A com.microsoft QOperator with (X, X_scale, X_zero_point, Y_scale, Y_zero_point) on X [1, 2, 4, 4]."""
+    z = 128 if dtype == "uint8" else 0
+    inits = [_init("x_scale", np.float32(0.1) if x_scale is None else x_scale),
+             _zp_init("x_zero_point", dtype, z if x_zp is None else x_zp),
+             _init("y_scale", np.float32(1 / 255) if y_scale is None else y_scale),
+             _zp_init("y_zero_point", dtype, (0 if dtype == "uint8" else -128) if y_zp is None else y_zp)]
+    attrs = {"QLinearSoftmax": {"opset": 13, "axis": -1}, "QLinearAveragePool": {"kernel_shape": [2, 2]},
+             "QLinearLeakyRelu": {"alpha": 0.1}}.get(op, {})
+    out = {"QLinearGlobalAveragePool": [1, 2, 1, 1], "QLinearAveragePool": [1, 2, 3, 3]}.get(op, [1, 2, 4, 4])
+    node = helper.make_node(op, ["x", "x_scale", "x_zero_point", "y_scale", "y_zero_point"], ["y"], name=op.lower(),
+                            domain="com.microsoft", **attrs)
+    elem = DTYPES[dtype][0]
+    return _model([node], [_vi("x", elem, [1, 2, 4, 4])], [_vi("y", elem, out)], inits, ms=True)
+
+
+def qgemm(*, a_scale=None, b_scale=None, y_scale=None, y_zp=None, float_output=False):
+    """com.microsoft QGemm: A [2, 4] uint8, B [4, 3] int8 constant (per column scales), int32 bias."""
+    inits = [_init("a_scale", np.float32(0.1) if a_scale is None else a_scale), _zp_init("a_zero_point", "uint8", 128),
+             _int_init("b", "int8", _weights("int8", (4, 3))),
+             _init("b_scale", np.array([0.01, 0.02, 0.03], F32) if b_scale is None else b_scale),
+             _zp_init("b_zero_point", "int8", np.zeros(3, np.int64)), _init("c", np.array([1, 2, 3], np.int32))]
+    ins = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "c"]
+    if not float_output:
+        inits += [_init("y_scale", np.float32(0.05) if y_scale is None else y_scale),
+                  _zp_init("y_zero_point", "uint8", 128 if y_zp is None else y_zp)]
+        ins += ["y_scale", "y_zero_point"]
+    node = helper.make_node("QGemm", ins, ["y"], name="qgemm", domain="com.microsoft")
+    return _model([node], [_vi("a", T.UINT8, [2, 4])], [_vi("y", T.FLOAT if float_output else T.UINT8, [2, 3])],
+                  inits, ms=True)
+
+
+def qlinear_concat(*, y_scale=None, x_scale=None, x_zp=None):
+    """com.microsoft QLinearConcat of a [1, 2] and b [1, 3] (uint8) along axis 1."""
+    inits = [_init("y_scale", np.float32(0.1) if y_scale is None else y_scale), _zp_init("y_zero_point", "uint8", 128),
+             _init("a_scale", np.float32(0.1) if x_scale is None else x_scale),
+             _zp_init("a_zero_point", "uint8", 128 if x_zp is None else x_zp),
+             _init("b_scale", np.float32(0.2)), _zp_init("b_zero_point", "uint8", 100)]
+    node = helper.make_node("QLinearConcat", ["y_scale", "y_zero_point", "a", "a_scale", "a_zero_point", "b",
+                                              "b_scale", "b_zero_point"], ["y"], name="qconcat", axis=1,
+                            domain="com.microsoft")
+    return _model([node], [_vi("a", T.UINT8, [1, 2]), _vi("b", T.UINT8, [1, 3])], [_vi("y", T.UINT8, [1, 5])], inits,
+                  ms=True)
+
+
+def qnnx_matmul(*, a_scale=None, b_scale=None, b_zp=None, adtype="uint8"):
+    """qnnx.matmul: a [2, 4] (adtype) x b [4, 3] int8 constant, per-column b qparams."""
+    inits = [_init("as", np.float32(0.1) if a_scale is None else a_scale), _init("az", np.int32(3)),
+             _int_init("b", "int8", _weights("int8", (4, 3))),
+             _init("bs", np.array([0.1, 0.2, 0.3], F32) if b_scale is None else b_scale),
+             _init("bz", np.zeros(3, np.int32) if b_zp is None else b_zp)]
+    node = helper.make_node("matmul", ["a", "as", "az", "b", "bs", "bz"], ["y"], name="matmul", domain="qnnx")
+    return _qnnx([node], [_vi("a", DTYPES[adtype][0], [2, 4])], [_vi("y", T.INT32, [2, 3])], inits)
+
+
+def qnnx_avg_pool(*, x_scale=None, y_zp=None, x_zp=None):
+    inits = [_init("xs", np.float32(0.1) if x_scale is None else x_scale),
+             _init("xz", np.int32(0) if x_zp is None else x_zp), _init("ys", np.float32(0.1)),
+             _init("yz", np.int32(0) if y_zp is None else y_zp)]
+    node = helper.make_node("avg_pool", ["x", "xs", "xz", "ys", "yz"], ["y"], name="pool", domain="qnnx",
+                            kernel_shape=[2, 2])
+    return _qnnx([node], [_vi("x", T.INT8, [1, 3, 4, 4])], [_vi("y", T.INT8, [1, 3, 3, 3])], inits)
+
+
+def qnnx_conv_transpose(*, w_scale=None, w_zp=None, group=1):
+    """qnnx.conv_transpose: x [1, 2, 3, 3] uint8, w [2, 3 / group, 2, 2] int8."""
+    m = 3 if group == 1 else 1
+    inits = [_int_init("w", "int8", _weights("int8", (2, m, 2, 2))), _init("xs", np.float32(0.1)),
+             _init("xz", np.int32(5)), _init("ws", np.full(m * group, 0.1, F32) if w_scale is None else w_scale),
+             _init("wz", np.zeros(m * group, np.int32) if w_zp is None else w_zp)]
+    node = helper.make_node("conv_transpose", ["x", "w", "xs", "xz", "ws", "wz"], ["y"], name="convt", domain="qnnx",
+                            group=group)
+    return _qnnx([node], [_vi("x", T.UINT8, [1, 2, 3, 3])], [_vi("y", T.INT32, [1, m * group, 4, 4])], inits)
+
+
+def qnnx_simulated(op="simulated_quantize", *, scale=None, zp=None):
+    inits = [_init("s", np.float32(0.1) if scale is None else scale), _init("z", np.float32(3) if zp is None else zp)]
+    attrs = {"out_dtype": "int8"} if op == "simulated_quantize" else {}
+    node = helper.make_node(op, ["x", "s", "z"], ["y"], name="sim", domain="qnnx", **attrs)
+    return _qnnx([node], [_vi("x", T.FLOAT, [2, 4])], [_vi("y", T.FLOAT, [2, 4])], inits)
 
 
 # qnnx dialect ops, written as such in the file (a model `qnnx import` or `lower` reads as is)
@@ -376,6 +459,33 @@ def qparams_cases() -> list[Case]:
                 add(f"QLinearAdd/{dt}/{q}_{fault}", lambda dt=dt, q=q, v=SCALE_FAULTS[fault]: qlinear_add(dt, **{q: v}))
         add(f"QLinearAdd/{dt}/y_zp_out_of_range", lambda dt=dt, hi=hi: qlinear_add(dt, y_zp=np.int64(hi + 1)))
 
+    for op in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax"):
+        for dt in ("uint8", "int8"):
+            add(f"{op}/{dt}/valid", lambda op=op, dt=dt: ms_unary(op, dt), bad=False)
+            for q in ("x_scale", "y_scale"):
+                for fault in ("zero", "nan", "denormal"):
+                    add(f"{op}/{dt}/{q}_{fault}", lambda op=op, dt=dt, q=q, v=SCALE_FAULTS[fault]: ms_unary(
+                        op, dt, **{q: v}))
+            add(f"{op}/{dt}/y_zp_out_of_range", lambda op=op, dt=dt: ms_unary(op, dt, y_zp=np.int64(256)))
+            add(f"{op}/{dt}/x_scale_3_values_for_2_channels",
+                lambda op=op, dt=dt: ms_unary(op, dt, x_scale=np.full(3, 0.1, F32)))
+    for dt in ("uint8", "int8"):
+        add(f"QLinearMul/{dt}/valid", lambda dt=dt: qlinear_add(dt, op="QLinearMul"), bad=False)
+        add(f"QLinearMul/{dt}/y_scale_inf", lambda dt=dt: qlinear_add(dt, op="QLinearMul", y_scale=F32("inf")))
+        add(f"QLinearMul/{dt}/a_zp_out_of_range", lambda dt=dt: qlinear_add(dt, op="QLinearMul", a_zp=np.int64(-200)))
+    add("QGemm/valid", lambda: qgemm(), bad=False)
+    add("QGemm/float_output/valid", lambda: qgemm(float_output=True), bad=False)
+    for q in ("a_scale", "y_scale"):
+        for fault, v in SCALE_FAULTS.items():
+            add(f"QGemm/{q}_{fault}", lambda q=q, v=v: qgemm(**{q: v}))
+    add("QGemm/b_scale_length", lambda: qgemm(b_scale=np.full(4, 0.01, F32)))
+    add("QGemm/b_scale_zero_float_output", lambda: qgemm(b_scale=np.array([0.01, 0, 0.03], F32), float_output=True))
+    add("QGemm/y_zp_out_of_range", lambda: qgemm(y_zp=np.int64(-1)))
+    add("QLinearConcat/valid", lambda: qlinear_concat(), bad=False)
+    add("QLinearConcat/y_scale_zero", lambda: qlinear_concat(y_scale=F32(0)))
+    add("QLinearConcat/x_scale_nan", lambda: qlinear_concat(x_scale=F32("nan")))
+    add("QLinearConcat/x_zp_out_of_range", lambda: qlinear_concat(x_zp=np.int64(256)))
+
     # the qnnx dialect, written directly in the file
     for i, o in (("int32", "int8"), ("int32", "uint8"), ("int16", "int4"), ("int8", "uint2"), ("uint8", "int16")):
         _, _, lo, hi = DTYPES[o]
@@ -435,6 +545,24 @@ def qparams_cases() -> list[Case]:
         add(f"qnnx.{op}/y_zp_out_of_range", lambda op=op: qnnx_unary(op, y_zp=np.int32(-129)))
         add(f"qnnx.{op}/int32_input", lambda op=op: qnnx_unary(op, "int32"))
     add("qnnx.softmax/x_scale_per_axis", lambda: qnnx_unary("softmax", x_scale=np.full(2, 0.1, F32)))
+    add("qnnx.matmul/valid", lambda: qnnx_matmul(), bad=False)
+    add("qnnx.matmul/b_scale_length", lambda: qnnx_matmul(b_scale=np.full(4, 0.1, F32)))
+    add("qnnx.matmul/b_zp_out_of_range", lambda: qnnx_matmul(b_zp=np.full(3, 128, np.int32)))
+    add("qnnx.matmul/a_scale_negative", lambda: qnnx_matmul(a_scale=F32(-1)))
+    add("qnnx.matmul/int32_a", lambda: qnnx_matmul(adtype="int32"))
+    add("qnnx.avg_pool/valid", lambda: qnnx_avg_pool(), bad=False)
+    add("qnnx.avg_pool/x_scale_nan", lambda: qnnx_avg_pool(x_scale=F32("nan")))
+    add("qnnx.avg_pool/y_zp_out_of_range", lambda: qnnx_avg_pool(y_zp=np.int32(128)))
+    add("qnnx.avg_pool/x_zp_per_axis_length", lambda: qnnx_avg_pool(x_zp=np.zeros(4, np.int32)))
+    add("qnnx.conv_transpose/valid", lambda: qnnx_conv_transpose(), bad=False)
+    add("qnnx.conv_transpose/w_scale_length", lambda: qnnx_conv_transpose(w_scale=np.full(2, 0.1, F32)))
+    add("qnnx.conv_transpose/w_zp_out_of_range", lambda: qnnx_conv_transpose(w_zp=np.full(3, 300, np.int32)))
+    add("qnnx.conv_transpose/per_channel_with_groups", lambda: qnnx_conv_transpose(
+        group=2, w_scale=np.array([0.1, 0.2], F32), w_zp=np.zeros(2, np.int32)))
+    for op in ("simulated_quantize", "simulated_dequantize"):
+        add(f"qnnx.{op}/valid", lambda op=op: qnnx_simulated(op), bad=False)
+        add(f"qnnx.{op}/scale_zero", lambda op=op: qnnx_simulated(op, scale=F32(0)))
+        add(f"qnnx.{op}/zp_fractional", lambda op=op: qnnx_simulated(op, zp=F32(0.5)))
     add("qnnx.concat/valid", lambda: qnnx_concat(), bad=False)
     add("qnnx.concat/y_scale_negative", lambda: qnnx_concat(y_scale=F32(-1)))
     add("qnnx.concat/input_zp_out_of_range", lambda: qnnx_concat(x1_zp=np.int32(128)))
