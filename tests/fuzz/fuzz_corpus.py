@@ -272,6 +272,24 @@ def qnnx_conv_transpose(*, w_scale=None, w_zp=None, group=1):
     return _qnnx([node], [_vi("x", T.UINT8, [1, 2, 3, 3])], [_vi("y", T.INT32, [1, m * group, 4, 4])], inits)
 
 
+def qnnx_dequantize(dtype="int4", *, scale=None, zp=None, axis=None):
+    """qnnx.dequantize of a constant x [4, 6] of dtype (a weight written directly in the dialect)."""
+    inits = [_int_init("w", dtype, _weights(dtype, (4, 6))), _init("s", np.float32(0.1) if scale is None else scale),
+             _init("z", np.int32(0) if zp is None else zp)]
+    attrs = {} if axis is None else {"axis": axis}
+    nodes = [helper.make_node("dequantize", ["w", "s", "z"], ["wf"], name="dq", domain="qnnx", **attrs),
+             helper.make_node("MatMul", ["x", "wf"], ["y"], name="matmul")]
+    return _qnnx(nodes, [_vi("x", T.FLOAT, [2, 4])], [_vi("y", T.FLOAT, [2, 6])], inits)
+
+
+def dynamic_quantize() -> onnx.ModelProto:
+    """DynamicQuantizeLinear -> MatMulInteger: run-time qparams only (nothing to break but the graph)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
+             helper.make_node("MatMulInteger", ["q", "b", "z", "bz"], ["y"], name="mmint")]
+    inits = [_int_init("b", "uint8", _weights("uint8", (4, 3))), _zp_init("bz", "uint8", 2)]
+    return _model(nodes, [_vi("x", T.FLOAT, [2, 4])], [_vi("y", T.INT32, [2, 3])], inits)
+
+
 def qnnx_simulated(op="simulated_quantize", *, scale=None, zp=None):
     inits = [_init("s", np.float32(0.1) if scale is None else scale), _init("z", np.float32(3) if zp is None else zp)]
     attrs = {"out_dtype": "int8"} if op == "simulated_quantize" else {}
@@ -563,6 +581,14 @@ def qparams_cases() -> list[Case]:
         add(f"qnnx.{op}/valid", lambda op=op: qnnx_simulated(op), bad=False)
         add(f"qnnx.{op}/scale_zero", lambda op=op: qnnx_simulated(op, scale=F32(0)))
         add(f"qnnx.{op}/zp_fractional", lambda op=op: qnnx_simulated(op, zp=F32(0.5)))
+    for dt in ("int2", "uint4", "int8", "int32"):
+        add(f"qnnx.dequantize/{dt}/valid", lambda dt=dt: qnnx_dequantize(dt), bad=False)
+        add(f"qnnx.dequantize/{dt}/zp_out_of_range", lambda dt=dt: qnnx_dequantize(
+            dt, zp=np.int64(DTYPES[dt][2] - 1) if dt != "int32" else np.int64(-(1 << 40))))
+        add(f"qnnx.dequantize/{dt}/per_axis_length", lambda dt=dt: qnnx_dequantize(
+            dt, scale=np.full(5, 0.1, F32), zp=np.zeros(5, np.int32), axis=1))
+        add(f"qnnx.dequantize/{dt}/scale_inf", lambda dt=dt: qnnx_dequantize(dt, scale=F32("inf")))
+    add("DynamicQuantizeLinear/valid", dynamic_quantize, bad=False)
     add("qnnx.concat/valid", lambda: qnnx_concat(), bad=False)
     add("qnnx.concat/y_scale_negative", lambda: qnnx_concat(y_scale=F32(-1)))
     add("qnnx.concat/input_zp_out_of_range", lambda: qnnx_concat(x1_zp=np.int32(128)))

@@ -16,13 +16,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from fuzz_corpus import QUICK, calibration_cases, model_cases, qparams_cases, usage_cases
+from fuzz_corpus import QUICK, calibration_cases, counts, model_cases, qparams_cases, usage_cases
 
 import qnnx
 from qnnx.cli import main
+from qnnx.dialect import REGISTRY
+from qnnx.frontends.onnx_quant import IMPORT_RULES
 
 MODEL_COMMANDS = ("import", "from-qdq", "lower")
-_SUB_BYTE = (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2)  # ORT cannot feed them
+# ORT cannot feed or fetch these, and has no 2-bit kernels at all
+_SUB_BYTE = (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2)
 
 
 def _snapshot(d: Path) -> dict[str, str]:
@@ -83,7 +86,8 @@ def _runs(path: Path) -> None:
     model = onnx.load(path)
     feeds = _feeds(model)
     standard = all(n.domain in ("", "ai.onnx") for n in model.graph.node)
-    sub_byte = any(v.type.tensor_type.elem_type in _SUB_BYTE for v in (*model.graph.input, *model.graph.output))
+    sub_byte = any(v.type.tensor_type.elem_type in _SUB_BYTE for v in (*model.graph.input, *model.graph.output)) \
+        or any(t.data_type in (onnx.TensorProto.INT2, onnx.TensorProto.UINT2) for t in model.graph.initializer)
     if standard and not sub_byte:
         outs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     else:
@@ -168,3 +172,11 @@ def test_paths_and_options(case, tmp_path, capsys):
     files = case.build(tmp_path)
     _run(files["argv"], tmp_path, capsys, bad=True)
     assert not Path("/sys/qnnx-fuzz.onnx").exists()
+
+
+def test_the_corpus_covers_every_quantization_op():
+    """Every qnnx op and every ONNX / com.microsoft op import_onnx rewrites has qparams cases."""
+    ops = {c.name.split("/")[0] for c in qparams_cases()}
+    assert {f"qnnx.{op}" for op in REGISTRY} <= ops
+    assert {op for _, op in IMPORT_RULES} <= ops
+    assert all(row["bad"] for row in counts().values())
