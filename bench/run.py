@@ -97,7 +97,7 @@ def timed_quantize(fn_name: str, *args, phases: bool = False) -> tuple:
 
 def latency(paths: dict[str, str], feeds: dict, threads: int, repeats: int) -> dict[str, float]:
     """Median ms per model, timed interleaved (qnnx.analysis.latency)."""
-    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
 
     ms = median_latency_ms(list(paths.values()), feed=feeds, threads=threads, repeats=repeats)
     return {k: ms[p] for k, p in paths.items()}

@@ -26,7 +26,7 @@ def main() -> None:
 
     import qnnx
     from qnnx import QuantConfig
-    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
 
     task = TASKS[args.task]
     calib, ev = task.calibration(args.calib), task.evaluation(args.eval)

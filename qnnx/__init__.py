@@ -1,7 +1,8 @@
 """qnnx: exact integer quantization of ONNX graphs."""
 
 from qnnx import numerics
-from qnnx.autoquant import ImageFolder, ImagePreprocess, QuantConfig, QuantizedModel, quantize
+from qnnx.autoquant import QuantConfig, QuantizedModel, quantize
+from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 from qnnx.frontends import from_qdq, import_onnx
 from qnnx.ir import load_model, save_model
@@ -10,5 +11,5 @@ from qnnx.reference import ReferenceEvaluator
 
 __version__ = "0.1.0"
 
-__all__ = ["ImageFolder", "ImagePreprocess", "QuantConfig", "QuantizedModel", "quantize", "QnnxError", "ReferenceEvaluator", "from_qdq", "import_onnx", "load_model", "lower", "numerics", "save_model",
+__all__ = ["CalibrationData", "ImageFolder", "ImagePreprocess", "QuantConfig", "QuantizedModel", "quantize", "QnnxError", "ReferenceEvaluator", "from_qdq", "import_onnx", "load_model", "lower", "numerics", "save_model",
            "__version__"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+from inspect import Signature, signature
 import sys
 import tempfile
 import traceback
@@ -18,14 +19,40 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 
 # typer >= 0.29 ships its own copy of click; these are the exceptions its parser raises.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from qnnx import __version__
-from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, METHODS, SPEED_FALLBACKS, WEIGHT_ROUNDINGS,
-                                   QuantConfig)
+from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
+                                   WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
+                                   RefinementOptions)
+from qnnx.data import CalibrationData, ImagePreprocess
 from qnnx.errors import QnnxError
+
+class PanelCommand(typer.core.TyperCommand):
+    """Plain click help with the options grouped: the common ones under "Options", then one section per
+    ``rich_help_panel`` (typer draws panels only in its rich mode, which cuts long option names)."""
+
+    def format_options(self, ctx, formatter) -> None:
+        args, panels = [], {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(record)
+            else:
+                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        for title, records in panels.items():
+            if records:
+                with formatter.section(title[:1].upper() + title[1:]):
+                    formatter.write_dl(records)
+
 
 # Plain click help, not typer's rich panels: those cut long option names ("--activation-d…") at 80 columns.
 app = typer.Typer(name="qnnx", add_completion=False, rich_markup_mode=None, no_args_is_help=True,
@@ -33,7 +60,7 @@ app = typer.Typer(name="qnnx", add_completion=False, rich_markup_mode=None, no_a
 
 Method = enum.Enum("Method", {m: m for m in METHODS}, type=str)
 ActivationDtype = enum.Enum("ActivationDtype", {d: d for d in ACTIVATION_DTYPES}, type=str)
-DEFAULT_METHOD = Method(QuantConfig.method)
+DEFAULT_METHOD = Method(QuantConfig().ranges.method)
 DEFAULT_ACTIVATION_DTYPE = ActivationDtype(QuantConfig.activation_dtype)
 
 
@@ -43,13 +70,14 @@ class Format(str, enum.Enum):
     lowered = "lowered"
 
 
+Calibrator = enum.Enum("Calibrator", {m: m for m in CALIBRATORS}, type=str)
 SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
 BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
-Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.autoquant.images.PRESETS
+Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
-_IMAGES = "image calibration (with --calib DIR of .jpg/.png/.bmp/.webp)"
+_IMAGES = "images (a sample directory of .jpg/.png/.bmp/.webp)"
 _RANDOM_CALIBRATION_BYTES = 1 << 30  # --random-calibration refuses samples larger than this in total
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
@@ -64,7 +92,7 @@ def _model(help: str, metavar: str = "MODEL"):
 
 def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
     if not names:
-        return QuantConfig.consumer_functions
+        return RangeOptions().consumer_functions
     if names == ["none"]:
         return ()
     return tuple(names)
@@ -92,7 +120,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """
 
 
-@app.command("import", short_help='ONNX quantization ops -> qnnx dialect, op for op',
+@app.command("import", cls=PanelCommand, short_help='ONNX quantization ops -> qnnx dialect, op for op',
              help=('Rewrite ONNX quantization ops (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, '
                    'ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*/QGemm) into the qnnx '
                    'dialect, op for op.'))
@@ -109,7 +137,7 @@ def import_(model: Annotated[str, _model("input .onnx file (never modified)")],
     show_lines(f"wrote {out} ({n} qnnx ops)")
 
 
-@app.command("from-qdq", short_help='pre-quantized QDQ/QOperator model -> canonical integer form',
+@app.command("from-qdq", cls=PanelCommand, short_help='pre-quantized QDQ/QOperator model -> canonical integer form',
              help=('Convert a pre-quantized QDQ or QOperator model into the canonical qnnx integer form (fake-'
                    'quantization-to-integer), listing any op left in float.'))
 def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never modified)")],
@@ -129,7 +157,7 @@ def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never mod
     show_lines(f"{report.summary()}\nwrote {out}")
 
 
-@app.command("lower", short_help='qnnx / ONNX quant ops -> plain ONNX, bit-exact on ONNX Runtime',
+@app.command("lower", cls=PanelCommand, short_help='qnnx / ONNX quant ops -> plain ONNX, bit-exact on ONNX Runtime',
              help=('Import, then lower every qnnx op to standard ONNX ops that give bit-identical results on any '
                    'ONNX runtime.'))
 def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX quantization ops (never "
@@ -146,86 +174,7 @@ def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX q
     show_lines(f"wrote {out} ({m.graph.num_nodes()} standard ONNX ops, no qnnx ops)")
 
 
-@app.command("quantize", short_help='quantize a float model with calibration samples',
-             help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
-                   'integer, what stayed float and why.'))
-def quantize(
-        model: Annotated[str, _model("float .onnx model (never modified)")],
-        output: Output,
-        calib: Annotated[str | None, typer.Option(
-            "--calib", metavar="DIR", show_default=False,
-            help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name; or of "
-            "images (.jpg .jpeg .png .bmp .webp) with --preprocess and/or --resize")] = None,
-        random_calibration: Annotated[bool, typer.Option(
-            "--random-calibration", help="calibrate on random normal data (static input shapes only); the result "
-            "is NOT meaningful for accuracy: for trying the tool or timing only")] = False,
-        format: Annotated[Format, typer.Option(
-            "--format", help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively; qnnx: the "
-            "canonical integer model; lowered: the canonical model in standard ONNX ops")] = Format.qdq,
-        method: Annotated[Method, typer.Option("--method", help="activation calibration method")]
-        = DEFAULT_METHOD,
-        percentile: Annotated[float, typer.Option("--percentile", help="for --method percentile")]
-        = QuantConfig.percentile,
-        activation_dtype: Annotated[ActivationDtype, typer.Option("--activation-dtype", help="activation integer "
-                                                                  "type")] = DEFAULT_ACTIVATION_DTYPE,
-        symmetric: Annotated[bool, typer.Option(
-            "--symmetric/--asymmetric", help="activation ranges: symmetric around zero (zero point 0, or 128 for "
-            "uint8) or asymmetric min..max")] = QuantConfig.activation_symmetric,
-        per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
-                                                  help="per-channel weight scales")] = QuantConfig.per_channel,
-        exclude_node: Annotated[list[str] | None, typer.Option(
-            "--exclude-node", metavar="NAME", show_default=False, help="keep this node in float (repeatable)")]
-        = None,
-        exclude_op: Annotated[list[str] | None, typer.Option(
-            "--exclude-op", metavar="OP_TYPE", show_default=False, help="keep every node of this op type in float "
-            "(repeatable)")] = None,
-        num_samples: Annotated[int | None, typer.Option(
-            "--num-samples", min=1, show_default=False, help="use at most this many calibration samples (default: "
-            "all; 16 with --random-calibration)")] = None,
-        seed: Annotated[int, typer.Option(
-            "--seed", help="which calibration files --num-samples picks (a seeded random subset of the directory); "
-            "also seeds --random-calibration")] = 0,
-        sqnr_threshold: Annotated[float | None, typer.Option(
-            "--sqnr-threshold", metavar="DB", show_default=False,
-            help="keep patterns whose output SQNR is below DB in float")] = None,
-        propagate_error: Annotated[bool, typer.Option(
-            "--propagate-error", help="second calibration pass on the quantized model, so ranges see upstream "
-            "error")] = False,
-        sequential: Annotated[int | None, typer.Option(
-            "--sequential", metavar="STAGES", show_default=False,
-            help="choose qparams in STAGES topological stages, each observed on the simulated model with the "
-            "stages before it quantized (one pass over the data per stage); not better on PP-OCR rec")] = None,
-        bias_correction: Annotated[BiasCorrection, typer.Option(
-            "--bias-correction",
-            help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
-            "the float model, one topological stage at a time (each stage runs its own graph segment); 'own' "
-            "each Conv/Gemm's own weight/bias rounding error, one pass; either is undone (and reported) when "
-            "the outputs agree worse with float after it")] = BiasCorrection(QuantConfig.bias_correction),
-        weight_rounding: Annotated[WeightRounding, typer.Option(
-            "--weight-rounding",
-            help="conv weights (depthwise and ungrouped): 'gptq' rounds each filter's taps for the conv's output "
-            "error on the calibration inputs; 'nearest' rounds each weight alone"
-        )] = WeightRounding(QuantConfig.weight_rounding),
-        consumer_weighting: Annotated[bool, typer.Option(
-            "--consumer-weighting/--no-consumer-weighting", help="histogram methods: weigh each channel of an "
-            "activation read only by convs by the squared norm of the weights reading it (the range minimises "
-            "the convs' output error)")] = QuantConfig.consumer_weighting,
-        consumer_function: Annotated[list[str] | None, typer.Option(
-            "--consumer-function", metavar="NAME", show_default=False,
-            help="with --method mse, judge an activation read only by this function (silu, sigmoid, hardswish) "
-            "by the error of the function's output (repeatable; replaces the default silu and sigmoid; none: "
-            "judge every activation by its own error)")] = None,
-        silu_lobe: Annotated[float, typer.Option(
-            "--silu-lobe", metavar="FRACTION",
-            help="with --method mse: a SiLU output whose negative side is narrower than this fraction of its "
-            "positive one keeps that side whole (SiLU's dense minimum lobe is not clipped to 0); 0: off"
-        )] = QuantConfig.silu_lobe,
-        speed_fallback: Annotated[SpeedFallback, typer.Option(
-            "--speed-fallback", help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds "
-            "of layers float where int8 is measured slower, or the whole model when int8 is not faster: auto = "
-            "only when all-int8 is not already 1.2x faster than float after one timing (graphs under 0.5 ms "
-            "are not timed), on = always (~20 s), off = never")] = SpeedFallback(QuantConfig.speed_fallback),
-        quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
+def _image_preprocess(
         preprocess: Annotated[Preset | None, typer.Option(
             "--preprocess", metavar="PRESET", show_default=False, rich_help_panel=_IMAGES,
             help="image preprocessing preset: imagenet (shorter side 256, centre crop 224, ImageNet mean/std) or "
@@ -248,14 +197,138 @@ def quantize(
             "--channel-order", show_default=False, rich_help_panel=_IMAGES, help="default rgb")] = None,
         layout: Annotated[Layout | None, typer.Option(
             "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
+) -> ImagePreprocess | None:
+    """The image preprocessing options, defined once (:func:`image_options` adds them to a command), and
+    the ImagePreprocess they describe, or None when none is given."""
+    from qnnx.data.images import preprocess_from_options
+
+    try:
+        return preprocess_from_options(preset=preprocess.value if preprocess else None, resize=resize, mean=mean,
+                                       std=std, scale=scale,
+                                       channel_order=channel_order.value if channel_order else None,
+                                       layout=layout.value if layout else None, letterbox=letterbox)
+    except QnnxError as e:  # a bad option value is a usage error
+        raise UsageError(str(e)) from None
+
+
+def image_options(command):
+    """Give ``command`` the image preprocessing options; it receives the ImagePreprocess they describe
+    (or None) as its ``images`` argument. One definition for quantize, compare and bench."""
+    own = [p for p in signature(command, eval_str=True).parameters.values() if p.name != "images"]
+    extra = list(signature(_image_preprocess, eval_str=True).parameters.values())
+
+    @functools.wraps(command)
+    def with_images(**kwargs):
+        given = {p.name: kwargs.pop(p.name) for p in extra}
+        return command(**kwargs, images=_image_preprocess(**given))
+
+    with_images.__signature__ = Signature(own + extra)
+    return with_images
+
+
+_CALIBRATION = "calibration"
+_REFINEMENTS = "refinements (optional steps after realization)"
+_EXPERT = "expert: activation ranges"
+_R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
+
+
+@app.command("quantize", cls=PanelCommand, short_help='quantize a float model with calibration samples',
+             help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
+                   'integer, what stayed float and why. The same inputs give a byte-identical file.'))
+@image_options
+def quantize(
+        model: Annotated[str, _model("float .onnx model (never modified)")],
+        output: Output,
+        calib: Annotated[str | None, typer.Option(
+            "--calib", metavar="DIR", show_default=False,
+            help="directory of calibration samples: .npy (single-input models) or .npz keyed by input name; or of "
+            "images (.jpg .jpeg .png .bmp .webp) with --preprocess and/or --resize")] = None,
+        format: Annotated[Format, typer.Option(
+            "--format", help="qdq: QuantizeLinear/DequantizeLinear that ONNX Runtime runs natively; qnnx: the "
+            "canonical integer model; lowered: the canonical model in standard ONNX ops")] = Format.qdq,
+        activation_dtype: Annotated[ActivationDtype, typer.Option("--activation-dtype", help="activation integer "
+                                                                  "type")] = DEFAULT_ACTIVATION_DTYPE,
+        per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
+                                                  help="per-channel weight scales")] = QuantConfig.per_channel,
+        exclude_node: Annotated[list[str] | None, typer.Option(
+            "--exclude-node", metavar="NAME", show_default=False,
+            help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
+            "(repeatable; names as the report prints them)")] = None,
+        exclude_op: Annotated[list[str] | None, typer.Option(
+            "--exclude-op", metavar="OP_TYPE", show_default=False, help="keep every node of this op type in float "
+            "(repeatable)")] = None,
+        num_samples: Annotated[int | None, typer.Option(
+            "--num-samples", min=1, show_default=False, help="use at most this many calibration samples (default: "
+            "all; 16 with --random-calibration)")] = None,
+        seed: Annotated[int, typer.Option(
+            "--seed", help="which calibration files --num-samples picks (a seeded random subset of the directory); "
+            "also seeds --random-calibration")] = 0,
+        allow_float: Annotated[bool, typer.Option(
+            "--allow-float", help="write the model even when nothing in it ended up quantized (otherwise that "
+            "is an error)")] = False,
+        quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
         report_dir: Annotated[str | None, typer.Option(
             "--report", metavar="DIR", show_default=False,
             help="also write an HTML report to DIR: index.html (decisions, per-output error, per-layer SQNR, "
             "activation histograms of the worst layers) with its PNG charts; replaces only a previous report")]
         = None,
+        method: Annotated[Method, typer.Option("--method", rich_help_panel=_CALIBRATION,
+                                               help="how activation ranges are chosen")] = DEFAULT_METHOD,
+        percentile: Annotated[float, typer.Option("--percentile", rich_help_panel=_CALIBRATION,
+                                                  help="for --method percentile")] = _R.percentile,
+        symmetric: Annotated[bool, typer.Option(
+            "--symmetric/--asymmetric", rich_help_panel=_CALIBRATION,
+            help="activation ranges: symmetric around zero (zero point 0, or 128 for uint8) or asymmetric "
+            "min..max")] = QuantConfig.activation_symmetric,
+        calibrator: Annotated[Calibrator, typer.Option(
+            "--calibrator", rich_help_panel=_CALIBRATION,
+            help="float: observe the float model, one pass; sequential: choose qparams in --sequential-passes "
+            "topological stages, each observed with the stages before it quantized; propagate_error: a second "
+            "pass on the quantized model")] = Calibrator(_C.calibrator),
+        sequential_passes: Annotated[int, typer.Option(
+            "--sequential-passes", metavar="STAGES", min=1, max=64, rich_help_panel=_CALIBRATION,
+            help="stages of --calibrator sequential")] = _C.sequential_passes,
+        random_calibration: Annotated[bool, typer.Option(
+            "--random-calibration", rich_help_panel=_CALIBRATION,
+            help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
+            "NOT meaningful for accuracy: for trying the tool or timing only")] = False,
+        weight_rounding: Annotated[WeightRounding, typer.Option(
+            "--weight-rounding", rich_help_panel=_REFINEMENTS,
+            help="conv weights (depthwise and ungrouped): 'gptq' rounds each filter's taps for the conv's output "
+            "error on the calibration inputs; 'nearest' rounds each weight alone")] = WeightRounding(_F.weight_rounding),
+        bias_correction: Annotated[BiasCorrection, typer.Option(
+            "--bias-correction", rich_help_panel=_REFINEMENTS,
+            help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
+            "the float model, stage by stage; 'own' each Conv/Gemm's own rounding error; either is undone (and "
+            "reported) when the outputs agree worse with float after it")] = BiasCorrection(_F.bias_correction),
+        sqnr_threshold: Annotated[float | None, typer.Option(
+            "--sqnr-threshold", metavar="DB", show_default=False, rich_help_panel=_REFINEMENTS,
+            help="keep patterns whose output SQNR is below DB in float")] = None,
+        speed_fallback: Annotated[SpeedFallback, typer.Option(
+            "--speed-fallback", rich_help_panel=_REFINEMENTS,
+            help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds of layers float "
+            "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
+            "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
+            "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
+        consumer_weighting: Annotated[bool, typer.Option(
+            "--consumer-weighting/--no-consumer-weighting", rich_help_panel=_EXPERT,
+            help="histogram methods: weigh each channel of an activation read only by convs by the squared norm "
+            "of the weights reading it (the range minimises the convs' output error)")] = _R.consumer_weighting,
+        consumer_function: Annotated[list[str] | None, typer.Option(
+            "--consumer-function", metavar="NAME", show_default=False, rich_help_panel=_EXPERT,
+            help="with --method mse, judge an activation read only by this function (silu, sigmoid, hardswish) "
+            "by the error of the function's output (repeatable; replaces the default silu and sigmoid; none: "
+            "judge every activation by its own error)")] = None,
+        silu_lobe: Annotated[float, typer.Option(
+            "--silu-lobe", metavar="FRACTION", rich_help_panel=_EXPERT,
+            help="with --method mse: a SiLU output whose negative side is narrower than this fraction of its "
+            "positive one keeps that side whole (SiLU's dense minimum lobe is not clipped to 0); 0: off"
+        )] = _R.silu_lobe,
+        images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
+    from qnnx.data import CalibrationData
     from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
@@ -264,9 +337,6 @@ def quantize(
         raise UsageError("--calib and --random-calibration are mutually exclusive")
     if sqnr_threshold is not None and not math.isfinite(sqnr_threshold):
         raise UsageError(f"--sqnr-threshold must be a finite number of dB, got {sqnr_threshold}")
-    images = _image_preprocess(preprocess, resize, mean, std, scale, channel_order, layout, letterbox)
-    if images is not None and calib is None:
-        raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
     out = _output_path(output, model, calib)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
@@ -277,47 +347,46 @@ def quantize(
             if inp is not None and Path(report_dir).resolve() in (Path(inp).resolve(), *Path(inp).resolve().parents):
                 raise QnnxError(f"--report would replace a directory holding the input {inp}", where=report_dir)
         check_report_directory(report_dir)
-    config = QuantConfig(method=method.value, percentile=percentile, activation_dtype=activation_dtype.value,
-                         activation_symmetric=symmetric, per_channel=per_channel,
-                         exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
-                         num_samples=num_samples, seed=seed, sqnr_threshold_db=sqnr_threshold,
-                         propagate_error=propagate_error, speed_fallback=speed_fallback.value,
-                         calibration="float" if sequential is None else "sequential",
-                         sequential_passes=QuantConfig.sequential_passes if sequential is None else sequential,
-                         bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
-                         progress=not quiet,
-                         consumer_functions=_consumer_functions(consumer_function),
-                         consumer_weighting=consumer_weighting, silu_lobe=silu_lobe)
+    config = QuantConfig(
+        activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
+        exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,
+        progress=not quiet,
+        ranges=RangeOptions(method=method.value, percentile=percentile,
+                            consumer_functions=_consumer_functions(consumer_function),
+                            consumer_weighting=consumer_weighting, silu_lobe=silu_lobe),
+        calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
+                                       sequential_passes=sequential_passes),
+        refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
+                                      bias_correction=bias_correction.value, weight_rounding=weight_rounding.value))
     if random_calibration:
-        calibration = _random_samples(model, num_samples or 16, seed)
+        calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
-    elif images is not None:
-        from qnnx.autoquant.images import ImageFolder
-
-        calibration = ImageFolder(calib, images)
-    else:
-        calibration = calib
+    else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
+        calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
     qm = quantize_model(model, calibration, config)
     qm.save(out, format=format.value)
-    errors = compare_models(model, qm.qdq, calibration, num_samples=_SUMMARY_SAMPLES)
-    show_quant_report(qm.report, f"wrote {out} ({format.value})", errors=errors)
+    # the worst layers on a few samples (each costs a run fetching every tensor); the outputs' agreement is
+    # the report's own, on the refinement samples
+    errors = [e for e in compare_models(qm.float_model, qm.qdq, calibration.head(_SUMMARY_SAMPLES)) if not e.is_output]
+    show_quant_report(qm.report, f"wrote {out} ({format.value})", errors=errors,
+                      samples=min(_SUMMARY_SAMPLES, len(calibration)))
     if report_dir is not None:
         from qnnx.analysis.report import write_report
 
         show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
 
 
-def _image_preprocess(preset, resize, mean, std, scale, channel_order, layout, letterbox):
-    """The ImagePreprocess the image options describe, or None when none is given."""
-    from qnnx.autoquant.images import preprocess_from_options
+def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:
+    """The one CalibrationData a command reads: the directory ``path`` of .npy/.npz, or of images when
+    image options were given (a usage error without ``path``); None when neither."""
+    from qnnx.data import CalibrationData, ImageFolder
 
-    try:
-        return preprocess_from_options(preset=preset.value if preset else None, resize=resize, mean=mean, std=std,
-                                       scale=scale, channel_order=channel_order.value if channel_order else None,
-                                       layout=layout.value if layout else None, letterbox=letterbox)
-    except QnnxError as e:  # a bad option value is a usage error
-        raise UsageError(str(e)) from None
+    if images is not None and path is None:
+        raise UsageError(f"image preprocessing options need {option} DIR (a directory of images)")
+    if path is None:
+        return None
+    return CalibrationData.from_source(ImageFolder(path, images) if images is not None else path, **limits)
 
 
 def _random_samples(model_path: str, n: int, seed: int):
@@ -325,7 +394,7 @@ def _random_samples(model_path: str, n: int, seed: int):
     import numpy as np
     import onnx_ir as ir
 
-    from qnnx.autoquant.data import input_specs
+    from qnnx.data import input_specs
     from qnnx.ir import load_model
 
     specs = input_specs(load_model(model_path))
@@ -346,7 +415,7 @@ def _random_samples(model_path: str, n: int, seed: int):
     return [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(n)]
 
 
-@app.command("inspect", short_help='ops by domain, what is quantized, qparams',
+@app.command("inspect", cls=PanelCommand, short_help='ops by domain, what is quantized, qparams',
              help='Summarize a model: ops by domain, what is quantized, qparams.')
 def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
     from qnnx.analysis import summarize
@@ -355,49 +424,67 @@ def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
     show_summary(summarize(model))
 
 
-@app.command("compare", short_help='per-output and per-layer error vs the float model',
+@app.command("compare", cls=PanelCommand, short_help='per-output and per-layer error vs the float model',
              help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
                    'max error), worst layers first.'))
+@image_options
 def compare(
         float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
         quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
                                                   "by name)", "QUANT_MODEL")],
-        data: Annotated[str, typer.Option("--data", metavar="DIR", show_default=False,
-                                          help="samples: .npy (single input) or .npz by input name")],
+        data: Annotated[str, typer.Option(
+            "--data", metavar="DIR", show_default=False,
+            help="samples: .npy (single input) or .npz by input name; or images (.jpg .jpeg .png .bmp .webp) with "
+            "--preprocess and/or --resize")],
         num_samples: Annotated[int | None, typer.Option("--num-samples", min=1, show_default=False,
-                                                           help="use at most this many samples (default: all)")]
+                                                           help="use the first N samples (default: all)")]
         = None,
         top: Annotated[int, typer.Option("--top", min=0, help="how many layers to list")] = 20,
+        quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
+        images: ImagePreprocess | None = None,
 ) -> None:
-    from qnnx.analysis import compare_models
+    from qnnx.analysis.compare import compare as compare_with
     from qnnx.terminal import show_compare
 
-    show_compare(compare_models(float_model, quant_model, data, num_samples=num_samples), top)
+    samples = _samples(data, images, "--data", num_samples=num_samples, seed=None)
+
+    def progress(done: int, total: int) -> None:
+        if not quiet:
+            print(f"\rcomparing on sample {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+                  flush=True)
+
+    errors = compare_with(float_model, quant_model, samples, progress=progress)
+    show_compare(errors, top, samples=len(samples))
 
 
-@app.command("bench", short_help='median ONNX Runtime latency and speedup vs the first model',
+@app.command("bench", cls=PanelCommand, short_help='median ONNX Runtime latency and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
                    ' to the first.'))
+@image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
         data: Annotated[str | None, typer.Option(
             "--data", metavar="DIR", show_default=False,
-            help="take the input from the first sample here (needed for dynamic dims; default: random values)")]
+            help="take the input from the first sample here: .npy/.npz, or images with --preprocess and/or "
+            "--resize (needed for dynamic dims; default: random values)")]
         = None,
         threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
         repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
+        images: ImagePreprocess | None = None,
 ) -> None:
-    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
     from qnnx.terminal import show_latency
 
-    _same_inputs(models, random=data is None)
-    show_latency(median_latency_ms(models, data, threads=threads, repeats=repeats), threads)
+    samples = _samples(data, images, "--data")
+    _same_inputs(models, random=samples is None)
+    show_latency(median_latency_ms(models, feed=_bench_feed(models[0], samples), threads=threads, repeats=repeats),
+                 threads)
 
 
 def _same_inputs(models: list[str], *, random: bool) -> None:
     """bench feeds every model one input: their inputs must agree (names, dtypes, static dims), and
     random inputs are float32, so without --data every input must be float."""
-    from qnnx.autoquant.data import input_specs
+    from qnnx.data import input_specs
     from qnnx.ir import load_model
 
     first = {s.name: s for s in input_specs(load_model(models[0]))}
@@ -425,7 +512,25 @@ def _spec_text(s) -> str:
     return f"{s.dtype.name if s.dtype is not None else 'untyped'} [{dims}]"
 
 
-@app.command("ops", short_help="list the qnnx dialect's ops",
+def _bench_feed(model_path: str, data):
+    """The first sample of ``data``, or random values for a model with static input shapes."""
+    import numpy as np
+
+    from qnnx.data import CalibrationData, input_specs
+    from qnnx.ir import load_model
+
+    specs = input_specs(load_model(model_path))
+    if data is not None:
+        return next(iter(CalibrationData.from_source(data).head(1).bind(specs)))
+    feed = {}
+    for s in specs:
+        if s.shape is None or any(d is None for d in s.shape):
+            raise QnnxError(f"input {s.name!r} has dynamic dims: give --data with a sample", where=model_path)
+        feed[s.name] = np.random.default_rng(0).standard_normal(s.shape).astype(np.float32)
+    return feed
+
+
+@app.command("ops", cls=PanelCommand, short_help="list the qnnx dialect's ops",
              help="List the qnnx dialect's ops.")
 def ops() -> None:
     from qnnx.dialect import REGISTRY
@@ -434,7 +539,7 @@ def ops() -> None:
     show_ops({name: s.doc.split(". ")[0].rstrip(".") for name, s in REGISTRY.items()})
 
 
-@app.command("demo", short_help="quantize a real OCR model: fp32 vs int8 accuracy and latency",
+@app.command("demo", cls=PanelCommand, short_help="quantize a real OCR model: fp32 vs int8 accuracy and latency",
              help=("Quantize PP-OCR's text-direction classifier (shipped in rapidocr-onnxruntime: "
                    'pip install "qnnx[examples]") on text-line crops rendered here, then print fp32 vs int8 '
                    "accuracy on other rendered crops (half turned by 180 degrees) and single-thread ONNX Runtime "

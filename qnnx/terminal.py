@@ -38,21 +38,24 @@ def _print(console: Console, text: str) -> None:
 def _db(v: float | None) -> str:
     if v is None:
         return ""
-    return "exact" if math.isinf(v) else f"{v:.1f}"
+    if math.isinf(v):
+        return "exact" if v > 0 else "inf/NaN"
+    return f"{v:.1f}"
 
 
 def show_lines(text: str, console: Console | None = None) -> None:
     _print(console or stdout_console(), text)
 
 
-def show_quant_report(report, wrote: str, console: Console | None = None, errors: Sequence | None = None) -> None:
+def show_quant_report(report, wrote: str, console: Console | None = None, errors: Sequence | None = None,
+                      samples: int = 0) -> None:
     """``qnnx quantize``: what is integer, what stayed float and why, the worst layers by SQNR (from
     ``errors`` of :func:`qnnx.analysis.compare_models`, when given), then the written file."""
     from qnnx.analysis.report import format_errors
 
     console = console or stdout_console()
     if not console.is_terminal:
-        _print(console, "\n".join([report.summary(), *format_errors(list(errors or []))] + [wrote]))
+        _print(console, "\n".join([report.summary(), *format_errors(list(errors or []), samples=samples)] + [wrote]))
         return
     headline = report.summary().splitlines()[0]
     console.print(Text(headline, style="bold"))
@@ -93,7 +96,7 @@ def show_quant_report(report, wrote: str, console: Console | None = None, errors
             t.add_row(d.node, d.op_type, _db(d.sqnr_db))
         console.print(t)
     if errors:
-        _show_worst_tensors(errors, console)
+        _show_worst_tensors(errors, console, samples)
     if report.left_in_float:
         t = _table("left in float in the integer model")
         t.add_column("node")
@@ -105,27 +108,27 @@ def show_quant_report(report, wrote: str, console: Console | None = None, errors
     console.print(Text(wrote, style="bold green"))
 
 
-def _show_worst_tensors(errors: Sequence, console: Console, top: int = 5) -> None:
-    t = _table("worst layers by SQNR vs the float model (a few calibration samples)")
-    for col in ("tensor", "op type", "SQNR dB", "cosine"):
+def _show_worst_tensors(errors: Sequence, console: Console, samples: int, top: int = 5) -> None:
+    t = _table(f"worst layers by SQNR vs the float model (on {samples} calibration sample(s))")
+    for col in ("node", "op type", "SQNR dB", "cosine"):
         t.add_column(col, justify="right" if col in ("SQNR dB", "cosine") else "left")
-    for e in [e for e in errors if not e.is_output][:top]:
-        t.add_row(e.name, e.op_type, _db(e.sqnr_db), f"{e.cosine:.5f}")
+    for e in [e for e in errors if not e.is_output and not (math.isinf(e.sqnr_db) and e.sqnr_db > 0)][:top]:
+        t.add_row(e.node or e.name, e.op_type, _db(e.sqnr_db), f"{e.cosine:.5f}")
     for e in errors:
         if e.is_output:
             t.add_row(f"output {e.name}", "", _db(e.sqnr_db), f"{e.cosine:.5f}", style="bold")
     console.print(t)
 
 
-def show_compare(errors: Sequence, top: int, console: Console | None = None) -> None:
-    """``qnnx compare``: per-output error, then the worst layers."""
+def show_compare(errors: Sequence, top: int, console: Console | None = None, samples: int = 0) -> None:
+    """``qnnx compare``: per-output error, then the worst layers (by node, as ``--exclude-node`` takes them)."""
     from qnnx.analysis.compare import format_table
 
     console = console or stdout_console()
     if not console.is_terminal:
-        _print(console, format_table(list(errors), top))
+        _print(console, f"on {samples} sample(s)\n" + format_table(list(errors), top))
         return
-    t = _table("outputs")
+    t = _table(f"outputs (on {samples} sample(s))")
     for col in ("output", "SQNR dB", "cosine", "max |err|"):
         t.add_column(col, justify="left" if col == "output" else "right")
     for e in errors:
@@ -133,17 +136,17 @@ def show_compare(errors: Sequence, top: int, console: Console | None = None) -> 
             t.add_row(e.name, _db(e.sqnr_db), f"{e.cosine:.5f}", f"{e.max_abs:.4g}")
     console.print(t)
     layers = [e for e in errors if not e.is_output]
-    t = _table(f"worst {min(top, len(layers))} layers (of {len(layers)})")
-    for col in ("SQNR dB", "cosine", "max |err|", "op type", "tensor"):
+    t = _table(f"worst {min(top, len(layers))} layers (of {len(layers)} changed by quantization)")
+    for col in ("SQNR dB", "cosine", "max |err|", "op type", "node", "tensor"):
         t.add_column(col, justify="right" if col in ("SQNR dB", "cosine", "max |err|") else "left")
     for e in layers[:top]:
-        t.add_row(_db(e.sqnr_db), f"{e.cosine:.5f}", f"{e.max_abs:.4g}", e.op_type, e.name)
+        t.add_row(_db(e.sqnr_db), f"{e.cosine:.5f}", f"{e.max_abs:.4g}", e.op_type, e.node, e.name)
     console.print(t)
 
 
 def show_summary(summary, console: Console | None = None) -> None:
     """``qnnx inspect``."""
-    from qnnx.analysis.inspect import _QUANT_OPS
+    from qnnx.analysis.inspect import QUANT_OPS
 
     console = console or stdout_console()
     if not console.is_terminal:
@@ -156,7 +159,7 @@ def show_summary(summary, console: Console | None = None) -> None:
     t.add_row("inputs", ", ".join(summary.inputs))
     t.add_row("outputs", ", ".join(summary.outputs))
     integer = sum(c for (d, _), c in summary.ops.items() if d == "qnnx")
-    qdq = sum(c for k, c in summary.ops.items() if k in _QUANT_OPS)
+    qdq = sum(c for k, c in summary.ops.items() if k in QUANT_OPS)
     t.add_row("nodes", f"{sum(summary.ops.values())}: {integer} qnnx integer ops, {qdq} quantize/dequantize/"
                        "requantize nodes")
     if summary.scale_range:
@@ -167,7 +170,7 @@ def show_summary(summary, console: Console | None = None) -> None:
     ops.add_column("count", justify="right")
     ops.add_column("op")
     for (d, op), c in sorted(summary.ops.items(), key=lambda i: (-i[1], i[0])):
-        ops.add_row(str(c), f"{d + '.' if d else ''}{op}", style="cyan" if (d, op) in _QUANT_OPS or d == "qnnx" else "")
+        ops.add_row(str(c), f"{d + '.' if d else ''}{op}", style="cyan" if (d, op) in QUANT_OPS or d == "qnnx" else "")
     console.print(ops)
 
 

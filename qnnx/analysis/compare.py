@@ -1,147 +1,40 @@
-"""Per-layer error of a quantized model against its float original, streamed over samples.
+"""``qnnx compare``: the per-tensor error of a quantized model against its float original.
 
-Every float tensor that exists under the same name in both models is compared (a QDQ export
-keeps the float model's tensor names: the input of each QuantizeLinear is the original tensor,
-computed from dequantized inputs, so its error is everything upstream). Statistics accumulate
-sample by sample — memory does not grow with the number of samples.
+The statistics are :mod:`qnnx.metrics` (automatic quantization measures with them too). A model
+qnnx quantized was built from the *prepared* float model (folded BatchNorms, biases and affine ops,
+fused Gemms): its tensor names follow that model, so it is the reference here, and a name means the
+same value on both sides. Preparation is checked to compute what the original computes.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
-import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 
-from qnnx import runtime
-from qnnx.autoquant.data import input_specs, iter_samples
-from qnnx.errors import QnnxError
+from qnnx.autoquant.prepare import prepare
 from qnnx.ir import load_model
+from qnnx.metrics import LayerError, compare_models, float_outputs
+
+__all__ = ["LayerError", "compare", "compare_models", "float_outputs", "format_table", "made_by_qnnx"]
 
 
-@dataclass
-class LayerError:
-    name: str
-    op_type: str
-    is_output: bool
-    signal: float = 0.0  # sum of ref**2
-    noise: float = 0.0  # sum of (ref - got)**2
-    dot: float = 0.0
-    got_sq: float = 0.0
-    max_abs: float = 0.0
-    count: int = 0
-    # per channel (axis 1; one channel for a 0-D or 1-D tensor), while every sample has the same count
-    channel_signal: np.ndarray | None = field(default=None, repr=False)
-    channel_dot: np.ndarray | None = field(default=None, repr=False)
-    channel_got_sq: np.ndarray | None = field(default=None, repr=False)
-
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        if ref.shape != got.shape:
-            raise QnnxError(f"tensor {self.name!r} has shape {got.shape} in the quantized model, {ref.shape} in "
-                            "the float model")
-        r, g = ref.astype(np.float64), got.astype(np.float64)
-        d = (r - g).ravel()
-        self.noise += float(d @ d)
-        # per channel on (before, channel, after) views by einsum (no product temporaries the size of the
-        # tensor); the whole tensor's sums are theirs
-        shape = (1, 1, r.size) if r.ndim < 2 else (r.shape[0], r.shape[1], int(np.prod(r.shape[2:])))
-        r, g = r.reshape(shape), g.reshape(shape)
-        sums = [np.einsum("nck,nck->c", a, b) for a, b in ((r, r), (r, g), (g, g))]
-        self.signal += float(sums[0].sum())
-        self.dot += float(sums[1].sum())
-        self.got_sq += float(sums[2].sum())
-        self._add_channels(sums)
-        self.max_abs = max(self.max_abs, float(np.max(np.abs(d))) if d.size else 0.0)
-        self.count += d.size
-
-    def _add_channels(self, sums: list[np.ndarray]) -> None:
-        if self.count == 0:  # the first sample
-            self.channel_signal, self.channel_dot, self.channel_got_sq = sums
-        elif self.channel_signal is not None and self.channel_signal.shape == sums[0].shape:
-            self.channel_signal, self.channel_dot, self.channel_got_sq = (
-                a + b for a, b in zip((self.channel_signal, self.channel_dot, self.channel_got_sq), sums))
-        else:  # the channel count changed between samples: no per-channel figure
-            self.channel_signal = self.channel_dot = self.channel_got_sq = None
-
-    @property
-    def sqnr_db(self) -> float:
-        if self.noise == 0:
-            return math.inf
-        return 10 * math.log10(max(self.signal, 1e-300) / self.noise)
-
-    @property
-    def cosine(self) -> float:
-        denom = math.sqrt(self.signal * self.got_sq)
-        return 1.0 if denom == 0 and self.noise == 0 else (self.dot / denom if denom else 0.0)
-
-    @property
-    def channel_cosine(self) -> float:
-        """The mean over channels (axis 1) of each channel's own cosine to the float values (0 for a channel
-        the quantized model leaves all zero), channels the float model leaves all zero left out. Unlike
-        :attr:`sqnr_db` it is not ruled by the loudest channels: YOLOv8n's output concatenates box
-        coordinates (0..320) with class scores (0..1). Unlike a per-channel SQNR it does not reward
-        silence: a class-score channel gone all zero has SQNR 0 dB, above that of a noisy but useful one."""
-        if self.channel_signal is None or not (self.channel_signal > 0).any():
-            return math.nan
-        live = self.channel_signal > 0
-        s, dot, g = self.channel_signal[live], self.channel_dot[live], self.channel_got_sq[live]
-        denom = np.sqrt(s * g)
-        return float(np.mean(np.where(denom > 0, dot / np.where(denom > 0, denom, 1.0), 0.0)))
+def made_by_qnnx(model: ir.Model) -> bool:
+    return model.producer_name == "qnnx"
 
 
-def _float_values(model: ir.Model) -> dict[str, tuple[str, bool]]:
-    outputs = {v.name for v in model.graph.outputs}
-    found = {}
-    for node in model.graph:
-        for o in node.outputs:
-            if o.name and o.dtype is not None and o.dtype.is_floating_point():
-                found[o.name] = (node.op_type, o.name in outputs)
-    for v in model.graph.outputs:
-        found.setdefault(v.name, ("output", True))
-    return found
-
-
-def _session(model: ir.Model, names: list[str]) -> ort.InferenceSession:
-    return runtime.session(model, outputs=names)
-
-
-def float_outputs(float_model, data, *, num_samples: int | None = None) -> list[dict[str, np.ndarray]]:
-    """The float model's graph outputs, per sample: the reference for :func:`compare_models` (``reference=``)
-    when several quantized versions are compared on the same few samples, so the float model runs once."""
-    fm = load_model(float_model)
-    names = [v.name for v in fm.graph.outputs]
-    sess = _session(fm, names)
-    return [dict(zip(names, runtime.run(sess, names, feed))) for feed in iter_samples(data, input_specs(fm), num_samples)]
-
-
-def compare_models(float_model, quant_model, data, *, num_samples: int | None = None,
-                   outputs_only: bool = False, reference: list[dict[str, np.ndarray]] | None = None
-                   ) -> list[LayerError]:
-    """Error statistics per tensor present in both models, worst SQNR first (outputs included;
-    only the float model's graph outputs with ``outputs_only``). ``reference``: the float model's outputs
-    on ``data`` from :func:`float_outputs` (``outputs_only`` only), instead of running it again."""
-    if reference is not None and not outputs_only:
-        raise ValueError("a reference holds graph outputs only: pass outputs_only=True")
+def compare(float_model, quant_model, data, *, num_samples: int | None = None, progress=None) -> list[LayerError]:
+    """Per-tensor error of ``quant_model`` against ``float_model`` (prepared first when qnnx made the
+    quantized model, so its folded values are compared with what they compute); the tensors equal on
+    both sides (untouched by quantization) are left out, the outputs always kept."""
     fm, qm = load_model(float_model), load_model(quant_model)
-    from onnx_ir.passes.common import ShapeInferencePass
-
-    if not outputs_only:
-        fm = ShapeInferencePass(check_type=False, strict_mode=False)(fm).model  # dtypes of intermediate values
-    fv, qv = _float_values(fm), {v.name for n in qm.graph for v in n.outputs} | {v.name for v in qm.graph.outputs}
-    if outputs_only:
-        fv = {n: t for n, t in fv.items() if t[1]}
-    common = sorted(n for n in fv if n in qv)
-    if not common:
-        raise QnnxError("the two models share no tensor names to compare")
-    fs, qs = None if reference is not None else _session(fm, common), _session(qm, common)
-    stats = {n: LayerError(n, *fv[n]) for n in common}
-    for k, feed in enumerate(iter_samples(data, input_specs(fm), num_samples)):
-        fr = runtime.run(fs, common, feed) if fs is not None else [reference[k][n] for n in common]
-        for n, a, b in zip(common, fr, runtime.run(qs, common, feed)):
-            stats[n].add(np.asarray(a), np.asarray(b))
-    return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))
+    if made_by_qnnx(qm):
+        dtypes = {n.inputs[2].dtype for n in qm.graph if n.op_type == "QuantizeLinear" and len(n.inputs) > 2
+                  and n.inputs[2] is not None}
+        wide = any(d is not None and d.itemsize == 2 for d in dtypes)
+        fm = prepare(fm, min_opset=21 if wide else 13)
+    errors = compare_models(fm, qm, data, num_samples=num_samples, progress=progress)
+    return [e for e in errors if e.is_output or not math.isinf(e.sqnr_db) or e.sqnr_db < 0]
 
 
 def format_table(errors: list[LayerError], limit: int = 20) -> str:
@@ -149,7 +42,7 @@ def format_table(errors: list[LayerError], limit: int = 20) -> str:
     lines = ["outputs:"] + [f"  {e.name}: SQNR {e.sqnr_db:.1f} dB, cosine {e.cosine:.5f}, max |err| {e.max_abs:.4g}"
                             for e in outs]
     layers = [e for e in errors if not e.is_output][:limit]
-    lines.append(f"worst {len(layers)} layers (of {sum(not e.is_output for e in errors)}):")
-    lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.name}"
-              for e in layers]
+    lines.append(f"worst {len(layers)} layers (of {sum(not e.is_output for e in errors)} changed by quantization):")
+    lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.node or '-'}"
+              + (f" (tensor {e.name})" if e.node and e.name != e.node else "") for e in layers]
     return "\n".join(lines)

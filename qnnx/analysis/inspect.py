@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from qnnx.ir import const_array, load_model
 
-_QUANT_OPS = {("", "QuantizeLinear"), ("", "DequantizeLinear"), ("qnnx", "quantize"), ("qnnx", "dequantize"),
+QUANT_OPS = {("", "QuantizeLinear"), ("", "DequantizeLinear"), ("qnnx", "quantize"), ("qnnx", "dequantize"),
               ("qnnx", "requantize")}
 
 
@@ -29,7 +29,7 @@ class ModelSummary:
         lines = [f"model {self.path}", "  opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items()),
                  "  inputs: " + ", ".join(self.inputs), "  outputs: " + ", ".join(self.outputs)]
         integer = sum(c for (d, _), c in self.ops.items() if d == "qnnx")
-        qdq = sum(c for k, c in self.ops.items() if k in _QUANT_OPS)
+        qdq = sum(c for k, c in self.ops.items() if k in QUANT_OPS)
         lines.append(f"  {sum(self.ops.values())} nodes: {integer} qnnx integer ops, {qdq} quantize/dequantize/"
                      f"requantize nodes")
         for (d, op), c in sorted(self.ops.items(), key=lambda i: (-i[1], i[0])):
@@ -48,7 +48,7 @@ def summarize(model) -> ModelSummary:
     scales = []
     for node in ir.traversal.RecursiveGraphIterator(m.graph):
         s.ops[(node.domain, node.op_type)] += 1
-        if (node.domain, node.op_type) in _QUANT_OPS and len(node.inputs) > 1:
+        if (node.domain, node.op_type) in QUANT_OPS and len(node.inputs) > 1:
             arr = const_array(node.inputs[1])
             if arr is not None:
                 arr = np.asarray(arr, np.float64)

@@ -32,9 +32,10 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import runtime
-from qnnx.analysis.compare import LayerError, _session, compare_models
-from qnnx.autoquant.config import QuantReport
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx.analysis.compare import LayerError, compare_models
+from qnnx.autoquant.pipeline import QuantizedModel
+from qnnx.autoquant.report import QuantReport
+from qnnx.data import CalibrationData, input_specs
 from qnnx.calibrate.observers import quant_range
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
@@ -94,7 +95,9 @@ def quantized_tensors(qdq: ir.Model, float_names: set[str]) -> list[QuantizedTen
 
 
 def fmt_sqnr(v: float) -> str:
-    return "exact" if math.isinf(v) else f"{v:.2f}"
+    if math.isinf(v):
+        return "exact" if v > 0 else "inf/NaN"
+    return f"{v:.2f}"
 
 
 def fmt_cosine(v: float) -> str:
@@ -141,12 +144,15 @@ def format_summary(report: QuantReport, errors: list[LayerError] | None = None, 
     return "\n".join(lines)
 
 
-def format_errors(errors: list[LayerError], top: int = 5) -> list[str]:
-    """Two lines from :func:`compare_models`: the ``top`` worst layers by SQNR, the outputs' SQNR."""
-    worst = [f"{e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors if not e.is_output][:top]
-    lines = [f"worst {len(worst)} layer(s) by SQNR: " + ", ".join(worst)] if worst else []
+def format_errors(errors: list[LayerError], top: int = 5, samples: int = 0) -> list[str]:
+    """Two lines from :func:`compare_models`: the ``top`` worst layers by SQNR (by node name, as
+    ``exclude_nodes`` takes them; layers quantization left exact are not listed), the outputs' SQNR."""
+    on = f" on {samples} calibration sample(s)" if samples else ""
+    worst = [f"{e.node or e.name} ({e.op_type}) {fmt_sqnr(e.sqnr_db)} dB" for e in errors
+             if not e.is_output and not (math.isinf(e.sqnr_db) and e.sqnr_db > 0)][:top]
+    lines = [f"worst {len(worst)} layer(s) by SQNR{on}: " + ", ".join(worst)] if worst else []
     outputs = [f"{e.name} {fmt_sqnr(e.sqnr_db)} dB" for e in errors if e.is_output]
-    return lines + (["output SQNR: " + ", ".join(outputs)] if outputs else [])
+    return lines + ([f"output SQNR{on}: " + ", ".join(outputs)] if outputs else [])
 
 
 # --------------------------------------------------------------------------- charts
@@ -166,19 +172,20 @@ def _bar_chart(layers: list[LayerError], labels: dict[str, str], path: Path) -> 
     shown = layers[:_BAR_LAYERS]
     finite = [e.sqnr_db for e in shown if not math.isinf(e.sqnr_db)]
     cap = (max(finite) if finite else 0.0) + 10.0  # where an exact (infinite SQNR) layer's bar ends
-    values = [cap if math.isinf(e.sqnr_db) else e.sqnr_db for e in shown]
+    # an exact layer's bar ends at the cap; a layer with inf/NaN the float model has not gets no bar
+    values = [(cap if e.sqnr_db > 0 else 0.0) if math.isinf(e.sqnr_db) else e.sqnr_db for e in shown]
     fig = _figure(9, 1.2 + 0.28 * len(shown))
     ax = fig.add_subplot()
     y = np.arange(len(shown))
     colors = ["#c0392b" if v < 20 else "#e67e22" if v < 30 else "#2e86c1" for v in values]
     bars = ax.barh(y, values, color=colors)
     for bar, e in zip(bars, shown):
-        if math.isinf(e.sqnr_db):
+        if math.isinf(e.sqnr_db) and e.sqnr_db > 0:
             bar.set_hatch("//")
             bar.set_facecolor("#d5dbdb")
     ax.set_yticks(y, [labels.get(e.name, e.name) for e in shown], fontsize=8)
     ax.invert_yaxis()  # worst on top
-    exact = any(math.isinf(e.sqnr_db) for e in shown)
+    exact = any(math.isinf(e.sqnr_db) and e.sqnr_db > 0 for e in shown)
     ax.set_xlabel("SQNR (dB), higher is better" + ("; hatched: exact (no error)" if exact else ""))
     ax.set_xlim(min(0.0, min(values, default=0.0)), cap * 1.02 if cap > 0 else 1.0)
     ax.grid(axis="x", alpha=0.3)
@@ -216,7 +223,8 @@ def _hist_chart(t: QuantizedTensor, label: str, ref: np.ndarray, got: np.ndarray
 def _collect(fm: ir.Model, qm: ir.Model, tensors: list[QuantizedTensor], feeds: list[dict]):
     """Strided subsamples of each tensor (float model, dequantized in the QDQ model) and the exact
     share of float values outside the clip range."""
-    fs, qs = _session(fm, [t.name for t in tensors]), _session(qm, [t.dequantized for t in tensors])
+    fs = runtime.session(fm, outputs=[t.name for t in tensors])
+    qs = runtime.session(qm, outputs=[t.dequantized for t in tensors])
     per = max(1, _HIST_VALUES // max(len(feeds), 1))
     ref = {t.name: [] for t in tensors}
     got = {t.name: [] for t in tensors}
@@ -296,11 +304,9 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
 
     ``quantized_model`` is a :class:`~qnnx.autoquant.pipeline.QuantizedModel` (its QDQ model and its
     report) or a QDQ model (path, ModelProto, ir.Model; then there are no decisions to show).
-    ``samples`` is anything :func:`qnnx.quantize` takes as calibration; the first ``num_samples``
-    are used. ``histograms`` is how many of the worst layers get an activation histogram.
+    ``samples`` is a :class:`~qnnx.data.CalibrationData` or anything it is built from; its first
+    ``num_samples`` are used. ``histograms`` is how many of the worst layers get an activation histogram.
     """
-    from qnnx.autoquant.pipeline import QuantizedModel
-
     if num_samples < 1 or histograms < 0:
         raise QnnxError("num_samples must be >= 1 and histograms >= 0")
     target = Path(directory)
@@ -310,7 +316,8 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
         qm, report, q_name = quantized_model.qdq, quantized_model.report, "(QuantizedModel)"
     else:
         qm, report, q_name = load_model(quantized_model), None, _model_name(quantized_model)
-    feeds = list(iter_samples(samples, input_specs(fm), num_samples))
+    used = CalibrationData.from_source(samples).head(num_samples).bind(input_specs(fm))
+    feeds = list(used)
     errors = compare_models(fm, qm, feeds)
     by_name = {e.name: e for e in errors}
     producers = {o.name: n for n in fm.graph for o in n.outputs}
@@ -326,7 +333,7 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
     try:
         body = [f"<h1>{_e(title)}</h1>",
                 f'<p class="meta">float model: {_e(_model_name(float_model))}<br>quantized model: {_e(q_name)}<br>'
-                f"errors measured on {len(feeds)} sample(s)</p>",
+                f"errors measured on {len(feeds)} sample(s): {_e(used.describe())}</p>",
                 "<h2>Summary</h2>", _summary_html(report, len(tensors)),
                 "<h2>Outputs</h2>",
                 _table("outputs", ["output", "SQNR (dB)", "cosine", "max |error|"],

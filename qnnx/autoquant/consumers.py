@@ -25,6 +25,7 @@ import numpy as np
 
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.ir import const_array
 
 
@@ -116,16 +117,10 @@ def consumer_function(value: ir.Value, names=tuple(RECOGNIZERS)) -> str:
     return "identity"
 
 
-# Ops whose outputs stay within the range of their first input's values (Concat: of every input's;
-# most select values, Resize may interpolate between them), so a SiLU output passed through them keeps
-# SiLU's negative lobe.
-_SELECTING = frozenset({"Split", "Slice", "Gather", "MaxPool", "Concat", "Reshape", "Transpose", "Flatten",
-                        "Squeeze", "Unsqueeze", "Identity", "Resize", "DepthToSpace", "SpaceToDepth"})
-
-
 def silu_output(value: ir.Value, _depth: int = 0) -> bool:
-    """``value`` is a SiLU's output (``Mul(x, Sigmoid(x))``, either operand order) or
-    selected from SiLU outputs only by the ops of ``_SELECTING`` (MaxPool, Split, Concat...)."""
+    """``value`` is a SiLU's output (``Mul(x, Sigmoid(x))``, either operand order) or passed on from
+    SiLU outputs only by ops that keep their values' range (:func:`qnnx.ops.keeps_range`: MaxPool,
+    Split, Concat, nearest or linear Resize...), so it keeps SiLU's negative lobe."""
     node = value.producer()
     if node is None or _depth > 32:
         return False
@@ -136,10 +131,10 @@ def silu_output(value: ir.Value, _depth: int = 0) -> bool:
             if x is not None and sig is not None and sig.op_type == "Sigmoid" and sig.inputs[0] is x:
                 return True
         return False
-    if node.op_type not in _SELECTING:
+    if not ops.keeps_range(node):
         return False
-    data = [v for v in node.inputs if v is not None] if node.op_type == "Concat" else node.inputs[:1]
-    return bool(data) and all(v is not None and silu_output(v, _depth + 1) for v in data)
+    data = ops.data_inputs(node)
+    return bool(data) and all(silu_output(v, _depth + 1) for v in data)
 
 
 __all__ = ["RECOGNIZERS", "consumer_function", "silu_output"]

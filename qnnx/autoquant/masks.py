@@ -20,9 +20,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.ir import const_array
 
 SENTINEL = -1e4  # the largest "minus infinity" exporters use (BERT's -10000.0)
+# The ops exporters build attention masks with: a recognizer's vocabulary (as a pattern's anchors), not facts
+# about the ops (qnnx.ops).
 _MASK_OPS = frozenset({"Cast", "Sub", "Mul", "Add", "Where", "Expand", "Unsqueeze", "Squeeze", "Reshape", "Not",
                        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Slice",
                        "Concat", "Identity", "Transpose", "Shape", "Size", "ConstantOfShape", "Range", "Gather",
@@ -64,8 +67,8 @@ def is_additive_mask(v: ir.Value | None, _limit: int = 64) -> bool:
         if p.op_type not in _MASK_OPS or p.domain not in ("", "ai.onnx"):
             return False
         sentinel |= _constant_of_shape_sentinel(p)
-        if p.op_type in ("Shape", "Size"):
-            continue  # shape metadata, whatever it is computed from
+        if ops.shape_only(p):
+            continue  # shape metadata (Shape, Size), whatever it is computed from
         work += [x for x in p.inputs if x is not None]
     return sentinel
 

@@ -3,6 +3,12 @@ carry qparams.
 
 A pattern is one registered class (``@register_pattern``) with
 
+- ``kind``: the family it belongs to, as reports and the speed fallback group patterns ("conv",
+  "matmul/gemm", "elementwise", "binary", "pool", "concat", "scale", "softmax", ...); ``contraction``:
+  it accumulates products of weights or activations in int32 (conv, matmul: its output may stay float
+  for free); ``priority``: among the patterns anchored on one op type, the higher is offered the node
+  first (two patterns sharing an anchor may not share a priority);
+
 - ``match(node, ctx)``: anchored on one op type; returns a :class:`PatternMatch` or a
   :class:`MatchFail` whose reason is recorded (why the node stays float);
 - ``simulate(match, rewriter)``: the pattern in affine space — ``qnnx.simulated_quantize`` /
@@ -39,6 +45,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
+from qnnx import ops
 from qnnx.autoquant.masks import is_additive_mask, is_masked
 from qnnx.ir import const_array
 
@@ -75,6 +82,9 @@ class MatchFail:
 class Pattern:
     name: str = ""
     anchors: tuple[str, ...] = ()
+    kind: str = ""  # defaults to the name
+    contraction: bool = False
+    priority: int = 0
     # The output's qparams are every input's too (a concatenation holds the inputs' values unchanged):
     # inputs may take them, and an input left float would be quantized by them unobserved.
     inputs_share_output_qparams: bool = False
@@ -103,16 +113,32 @@ PATTERNS: list[Pattern] = []
 
 
 def register_pattern(cls: type[Pattern]) -> type[Pattern]:
-    PATTERNS.append(cls())
+    """Register ``cls`` (one instance). Patterns sharing an anchor need distinct priorities: the order
+    they are offered a node is stated, never the order of registration."""
+    pattern = cls()
+    if not pattern.kind:
+        pattern.kind = pattern.name
+    for other in PATTERNS:
+        if other.name == pattern.name:
+            raise ValueError(f"a pattern named {pattern.name!r} is registered already")
+        shared = set(other.anchors) & set(pattern.anchors)
+        if shared and other.priority == pattern.priority:
+            raise ValueError(f"patterns {other.name!r} and {pattern.name!r} share anchors {sorted(shared)} and "
+                             f"priority {pattern.priority}: give one a higher priority")
+    PATTERNS.append(pattern)
     return cls
 
 
 def patterns_for(op_type: str) -> list[Pattern]:
-    return [p for p in PATTERNS if op_type in p.anchors]
+    """The patterns anchored on ``op_type``, the highest priority first."""
+    return sorted((p for p in PATTERNS if op_type in p.anchors), key=lambda p: -p.priority)
 
 
 def pattern_named(name: str) -> Pattern:
-    return next(p for p in PATTERNS if p.name == name)
+    for p in PATTERNS:
+        if p.name == name:
+            return p
+    raise KeyError(f"no pattern named {name!r}")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -137,11 +163,9 @@ def _fused_activation(out: ir.Value) -> ir.Node | None:
     """A Relu, or a Clip with constant bounds, that alone consumes ``out``: quantizing after it keeps
     the whole output range for real values (ORT and TFLite fuse the same way)."""
     nxt = _sole_consumer(out)
-    if nxt is None or nxt.domain not in ("", "ai.onnx"):
+    if nxt is None or not ops.clamps(nxt):  # Relu, Clip
         return None
-    if nxt.op_type == "Relu":
-        return nxt
-    if nxt.op_type == "Clip" and all(v is None or const_array(v) is not None for v in nxt.inputs[1:]):
+    if all(v is None or const_array(v) is not None for v in nxt.inputs[1:]):  # constant bounds (Relu has none)
         return nxt
     return None
 
@@ -151,6 +175,7 @@ def _fused_activation(out: ir.Value) -> ir.Node | None:
 
 class _WeightedPattern(Pattern):
     weight_axis = 0
+    contraction = True
 
     def match(self, node):
         x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
@@ -175,12 +200,14 @@ class _WeightedPattern(Pattern):
 class ConvPattern(_WeightedPattern):
     name = "conv"
     anchors = ("Conv",)
+    kind = "conv"  # the speed fallback splits it further: depthwise, pointwise (speed.match_kind)
 
 
 @register_pattern
 class ConvTransposePattern(_WeightedPattern):
     name = "conv_transpose"
     anchors = ("ConvTranspose",)
+    kind = "conv transpose"
     weight_axis = 1  # ConvTranspose weights are C_in x C_out/group x k: output channels on axis 1
 
     def match(self, node):
@@ -196,6 +223,8 @@ class ConvTransposePattern(_WeightedPattern):
 class MatMulPattern(Pattern):
     name = "matmul"
     anchors = ("MatMul",)
+    kind = "matmul/gemm"
+    contraction = True
 
     def match(self, node):
         a, b = node.inputs
@@ -234,6 +263,8 @@ def _bias_add(out: ir.Value, columns: int) -> tuple[ir.Node | None, ir.Value | N
 class GemmPattern(Pattern):
     name = "gemm"
     anchors = ("Gemm",)
+    kind = "matmul/gemm"
+    contraction = True
 
     def match(self, node):
         at = {k: v.value for k, v in node.attributes.items()}
@@ -313,7 +344,7 @@ def _gelu_graph_patterns() -> list[orp.Pattern]:
 _GELU_GRAPHS = _gelu_graph_patterns()
 
 
-@register_pattern  # before "scale" and "binary": they would claim the Div / Mul that starts the chain
+@register_pattern
 class GeluPattern(Pattern):
     """The exact GELU as exporters write it without a Gelu op (torch before opset 20), one
     elementwise unit like ``Gelu``: quantized input and output, a lookup table once integer.
@@ -326,6 +357,8 @@ class GeluPattern(Pattern):
 
     name = "gelu"
     anchors = ("Div", "Mul")
+    kind = "gelu"
+    priority = 30  # above "scale" and "binary": they would claim the Div / Mul that starts the chain
 
     def match(self, node):
         graph = node.graph
@@ -353,7 +386,7 @@ class GeluPattern(Pattern):
         return MatchFail("not an erf GELU (x / sqrt2 -> Erf -> +1 -> * x -> * 0.5)")
 
 
-@register_pattern  # registered before "binary" so Mul by a positive constant is a type change, not a QLinearMul
+@register_pattern
 class ScalePattern(Pattern):
     """``x * c`` or ``x / c`` with a positive scalar constant ``c``: the output is the input's integers
     with scale ``s * c`` (``s / c``). Realized as a DequantizeLinear with the scaled scale and no float op
@@ -361,6 +394,8 @@ class ScalePattern(Pattern):
 
     name = "scale"
     anchors = ("Mul", "Div")
+    kind = "scale"
+    priority = 20  # above "binary": Mul by a positive constant is a type change, not a QLinearMul
 
     def match(self, node):
         x, c = node.inputs[0], node.inputs[1]
@@ -389,6 +424,8 @@ class ScalePattern(Pattern):
 class BinaryPattern(_AllActivationsPattern):
     name = "binary"
     anchors = ("Add", "Sub", "Mul")
+    kind = "binary"
+    priority = 10
 
     def match(self, node):
         if any(is_additive_mask(v) for v in node.inputs):
@@ -408,7 +445,7 @@ class BinaryPattern(_AllActivationsPattern):
 def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | None:
     """``(lo, hi)`` when ``Clip(x +- c, lo, hi)`` (one activation, a scalar constant, finite bounds) spells
     a hard sigmoid: hard-swish's gate ``Clip(x + 3, 0, 6)`` is ``6 * HardSigmoid(x)``. A bounded function
-    gets its whole range (ElementwisePattern.BOUNDED), whichever way it is written; it is not observed.
+    gets its whole range (ElementwisePattern), whichever way it is written; it is not observed.
     (mse chose [0, 5.66-6.00] for PP-OCRv4 rec's 28 gates.)"""
     if node.op_type not in ("Add", "Sub") or act.op_type != "Clip" or len(act.inputs) < 3:
         return None
@@ -425,6 +462,7 @@ def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | N
 class PoolPattern(_AllActivationsPattern):
     name = "pool"
     anchors = ("AveragePool", "GlobalAveragePool")
+    kind = "pool"
 
 
 # An input whose range is this many times smaller than the Concat output's keeps fewer than
@@ -437,6 +475,7 @@ CONCAT_MAX_SCALE_RATIO = 16.0
 class ConcatPattern(_AllActivationsPattern):
     name = "concat"
     anchors = ("Concat",)
+    kind = "concat"
     inputs_share_output_qparams = True
 
     def check(self, match, qparams):
@@ -457,15 +496,17 @@ class ConcatPattern(_AllActivationsPattern):
 @register_pattern
 class ElementwisePattern(_AllActivationsPattern):
     name = "elementwise"
-    anchors = ("Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "Exp", "Erf", "Gelu", "Elu", "Softplus")
-    # Bounded functions get their whole range, as softmax does: their outputs are often scores
-    # (detection classes, gates) whose rare large values matter most, and an observed range would
-    # clip exactly those (YOLOv8n's class sigmoid: 7 dB SQNR with an mse-chosen range).
-    BOUNDED = {"Sigmoid": (0.0, 1.0), "HardSigmoid": (0.0, 1.0), "Tanh": (-1.0, 1.0)}
+    anchors = ops.op_types(lambda f: f.function is not None)  # Sigmoid, HardSwish, Tanh, Exp, Gelu, ...
+    kind = "elementwise"
 
     def match(self, node):
         m = super().match(node)
-        bounds = self.BOUNDED.get(node.op_type)
+        # Bounded functions (sigmoid, hard sigmoid, tanh: ElementwiseFunction.output_range) get their whole
+        # range, as softmax does: their outputs are often scores (detection classes, gates) whose rare large
+        # values matter most, and an observed range would clip exactly those (YOLOv8n's class sigmoid: 7 dB
+        # SQNR with an mse-chosen range).
+        function = ops.elementwise_function(node)
+        bounds = function.output_range if function is not None else None
         if not isinstance(m, PatternMatch) or bounds is None:
             return m
         return PatternMatch(m.pattern, m.nodes, m.inputs,
@@ -476,6 +517,7 @@ class ElementwisePattern(_AllActivationsPattern):
 class SoftmaxPattern(Pattern):
     name = "softmax"
     anchors = ("Softmax",)
+    kind = "softmax"
 
     def match(self, node):
         x = node.inputs[0]

@@ -22,32 +22,61 @@
 
 from __future__ import annotations
 
-import json
+import fnmatch
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnx.version_converter
 import onnx_ir as ir
+import onnx_ir.passes.common as passes
 import onnxscript.optimizer
+import onnxscript.rewriter
 from onnx_ir.passes.common import ShapeInferencePass
 from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter import rewrite
-from onnxscript.rewriter.rules.common import (fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
-                                              fuse_batchnorm_into_gemm_rule)
+from onnxscript.rewriter.rules.common import (dropout_inference_rule, dropout_zero_rule, fuse_batchnorm_into_conv_rule,
+                                              fuse_batchnorm_into_conv_transpose_rule, fuse_batchnorm_into_gemm_rule)
 
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 MIN_OPSET = 13
-FOLDED_INTO = "qnnx.prepare.folded_into"  # graph metadata: JSON {folded node's user name: absorbing node's name}
 LAYER_NORM_OPSET = 17  # LayerNormalization's first opset
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """:func:`prepared`'s result: the cleaned float model, the user's name of each node folded into
+    another -> that node's name (so ``exclude_nodes`` naming a folded Add excludes the Conv that now
+    computes it), and the op types of the model as given."""
+
+    model: ir.Model
+    renames: dict[str, str]
+    source_op_types: frozenset[str]
+
+
 def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_types=()) -> ir.Model:
-    """The cleaned float model; ``min_opset`` is raised to 21 by callers that emit 16-bit Q/DQ.
-    ``exclude_nodes`` / ``exclude_op_types``: what the user keeps float (QuantConfig's); a HardSwish
-    among them stays whole."""
+    """The cleaned float model (:func:`prepared` without its records)."""
+    return prepared(model, min_opset=min_opset, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types).model
+
+
+# The rewrites prepare applies, by name (``skip`` leaves some out: the prepare stage does when a rewrite
+# changed what the model computes).
+REWRITES = ("optimize", "fuse_batchnorm", "fuse_layer_norm", "fold_affine_into_conv", "fold_shift_into_conv",
+            "fuse_matmul_add_into_gemm", "spell_out_hard_swish")
+
+
+def prepared(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_types=(),
+             skip: frozenset[str] = frozenset()) -> Prepared:
+    """The cleaned float model and what preparing it renamed; ``min_opset`` is raised to 21 by callers
+    that emit 16-bit Q/DQ. ``exclude_nodes`` (names or glob patterns) / ``exclude_op_types``: what the
+    user keeps float; a HardSwish among them stays whole. ``skip``: names of :data:`REWRITES` not applied."""
+    unknown = set(skip) - set(REWRITES)
+    if unknown:
+        raise ValueError(f"unknown prepare rewrites {sorted(unknown)}")
     m = load_model(model)
+    source_op_types = frozenset(n.op_type for n in m.graph)
     opset = m.opset_imports.get("", None)
     if opset is None:
         raise QnnxError("model has no default-domain opset import")
@@ -60,19 +89,19 @@ def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_t
         except Exception as e:  # the converter raises RuntimeError/ValueError with C++ messages
             raise QnnxError(f"cannot convert opset {opset} to {min_opset}: {str(e).splitlines()[0][:200]}") from None
         m = ir.from_proto(proto)
-    # One pass of folding and onnxscript's default rewrites, not its default two: the second changed
-    # nothing on PP-OCRv4 rec/det, PP-OCR cls, YOLOv8n or all-MiniLM-L6-v2 (byte-identical models) and
-    # cost 1.0 s on rec (1.51 -> 0.53 s), 0.4 s on cls.
-    m = onnxscript.optimizer.optimize(m, num_iterations=1)
-    m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
-                                          fuse_batchnorm_into_gemm_rule])
+    if "optimize" not in skip:
+        optimize_exactly(m)
+    if "fuse_batchnorm" not in skip:
+        m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule,
+                                              fuse_batchnorm_into_gemm_rule])
     try:
         m = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # best effort: rules that need a shape say so
         pass
-    m = fuse_layer_norm(m)
+    if "fuse_layer_norm" not in skip:
+        m = fuse_layer_norm(m)
     folded: dict[str, ir.Node] = {}  # user name of a node folded away -> the node that absorbed it
-    if fold_affine_into_conv(m.graph, folded):  # a bias Add folded away may have hidden a BatchNorm from its conv
+    if "fold_affine_into_conv" not in skip and fold_affine_into_conv(m.graph, folded):  # a bias Add folded away may have hidden a BatchNorm from its conv
         # The fusion replaces such a conv by one that makes the BatchNorm's output: follow it by that name.
         after = {key: [o.name for u in node.outputs[0].uses() for o in u.node.outputs] for key, node in folded.items()}
         m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
@@ -83,22 +112,61 @@ def prepare(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_t
                 if found:
                     folded[key] = found[0]
         fold_affine_into_conv(m.graph, folded)
-    fold_shift_into_unpadded_conv(m.graph, folded)
-    fuse_matmul_add_into_gemm(m.graph, folded)
-    if "HardSwish" not in exclude_op_types:
-        spell_out_hard_swish(m.graph, frozenset(exclude_nodes))
+    if "fold_shift_into_conv" not in skip:
+        fold_shift_into_unpadded_conv(m.graph, folded)
+    if "fuse_matmul_add_into_gemm" not in skip:
+        fuse_matmul_add_into_gemm(m.graph, folded)
+    if "HardSwish" not in exclude_op_types and "spell_out_hard_swish" not in skip:
+        spell_out_hard_swish(m.graph, frozenset(n.name for n in m.graph if n.op_type == "HardSwish"
+                                                and any(fnmatch.fnmatchcase(n.name, p) for p in exclude_nodes)))
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
-    if folded:
-        m.graph.metadata_props[FOLDED_INTO] = json.dumps(
-            {user_names[name]: node.name for name, node in folded.items() if name in user_names and node.graph is m.graph})
-    return m
+    renames = {user_names[name]: node.name for name, node in folded.items()
+               if name in user_names and node.graph is m.graph}
+    return Prepared(m, renames, source_op_types)
 
 
-def folded_into(model: ir.Model) -> dict[str, str]:
-    """Pop what :func:`prepare` recorded: the user's name of each node folded into another -> that node's
-    name (so ``exclude_nodes`` naming a folded Add excludes the Conv that now computes it)."""
-    return json.loads(model.graph.metadata_props.pop(FOLDED_INTO, "{}"))
+def _identity(op, x, **_):
+    return op.Identity(x)
+
+
+def _exact(value: float):
+    return orp.Constant(value, rel_tol=0.0, abs_tol=0.0)
+
+
+# ``x + 0``, ``x * 1``, ``x - 0``, ``x / 1`` -> x only for an exact 0 or 1: onnxscript's own no-op rules
+# match constants within a tolerance (1e-8 absolute), which turned an audio front-end's
+# ``Add(x * x, 1e-10)`` into Identity and its silent input into log(0).
+EXACT_NO_OP_RULES = (
+    *orp.RewriteRule(lambda op, x: op.Mul(x, _exact(1)), _identity).commute(),
+    *orp.RewriteRule(lambda op, x: op.Add(x, _exact(0)), _identity).commute(),
+    orp.RewriteRule(lambda op, x: op.Sub(x, _exact(0)), _identity),
+    orp.RewriteRule(lambda op, x: op.Div(x, _exact(1)), _identity),
+    dropout_zero_rule,
+    dropout_inference_rule,
+)
+
+
+def _float_rewrite_rules() -> list:
+    """onnxscript's default rewrite rules with its tolerant no-op rules replaced by exact ones (first, as
+    onnxscript orders them). onnxscript exposes the default list and the no-op set only under private
+    names; this is the one place qnnx reads them."""
+    tolerant = set(onnxscript.rewriter._no_op.rules.rules)
+    return [*EXACT_NO_OP_RULES, *(r for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES if r not in tolerant)]
+
+
+def optimize_exactly(m: ir.Model) -> None:
+    """onnxscript's optimizer (one pass of constant folding and its default rewrites, then its
+    clean-up passes, as ``onnxscript.optimizer.optimize(m, num_iterations=1)``), in place, with rewrites
+    that keep what the model computes: no-op rules match exact constants only."""
+    passes.InlinePass()(m)
+    onnxscript.optimizer.fold_constants(m, onnx_shape_inference=True)
+    for p in (onnxscript.rewriter.RewritePass(_float_rewrite_rules()), passes.RemoveUnusedNodesPass(),
+              passes.RemoveUnusedFunctionsPass(), passes.RemoveUnusedOpsetsPass(), passes.RemoveUnusedNodesPass(),
+              passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+              passes.LiftSubgraphInitializersToMainGraphPass(), passes.DeduplicateInitializersPass(),
+              passes.CommonSubexpressionEliminationPass(), passes.OutputFixPass(), passes.NameFixPass()):
+        p(m)
 
 
 class _SpelledOutLayerNorm(orp.RewriteRuleClassBase):

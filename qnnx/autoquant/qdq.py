@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics
-from qnnx.autoquant.channel_padding import PaddingRecord, pad_depthwise_channels
+from qnnx import numerics, ops
+from qnnx.autoquant.patterns import pattern_named
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
 from qnnx.ir import Builder, const_array, drop_unused_initializers, replace_value
@@ -50,10 +50,10 @@ def _insert_qdq(graph: ir.Graph, v: ir.Value, qp: QParams, readers: set[str] | N
     q.shape = v.shape
     dq = b.op("DequantizeLinear", [q, scale, zp], hint="DequantizeLinear", **axis)
     dq.type, dq.shape = v.type, v.shape
-    _insert_after(graph, v, b.nodes, dq, readers)
+    insert_after(graph, v, b.nodes, dq, readers)
 
 
-def _insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Value,
+def insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Value,
                   readers: set[str] | None) -> None:
     """Insert ``nodes`` (computing ``out`` from ``v``) right after ``v`` is made; the readers of ``v``
     (all, or the nodes named in ``readers``) read ``out``; a graph output ``v`` hands its name to ``out``."""
@@ -78,7 +78,7 @@ def _insert_after(graph: ir.Graph, v: ir.Value, nodes: list[ir.Node], out: ir.Va
         graph.outputs[idx] = out
 
 
-def _quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
+def quantized_constant(graph: ir.Graph, node: ir.Node, index: int, q: np.ndarray, qp_scale, qp_zp, axis,
                         hint: str) -> None:
     b = Builder(graph, node.name or node.op_type)
     w_q = b.const(q, f"{hint}_quantized")
@@ -219,7 +219,7 @@ class AffineRewriter:
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
                 q = numerics.quantize(w, qp.scale, qp.zero_point, axis=-1, out_dtype=qp.dtype)
                 for i in idx:
-                    _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, None, f"in{i}")
+                    quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, None, f"in{i}")
         if bias is not None and x is not None and w_handle is not None:
             # The bias is an input of the anchor (Conv, Gemm) or of a fused Add after it (MatMul).
             holder = next(self.nodes[n.name] for n in match.nodes if any(v is match.bias for v in n.inputs))
@@ -250,14 +250,14 @@ class QDQRewriter(AffineRewriter):
             qp = _fit_bias(qp, bias, x.scale)
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
         for i in idx:
-            _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+            quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
         return qp
 
     def bias(self, holder, idx, bias, x, w):
         bias_scale = int32_bias_scale(x.scale, w.scale, bias.shape)
         q = numerics.quantize(bias, bias_scale, 0, axis=0, out_dtype="int32")
         for i in idx:
-            _quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+            quantized_constant(self.graph, holder, i, q, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
                                 "bias")
 
     def fold_scale(self, match) -> None:
@@ -322,9 +322,6 @@ def _scalar_constant(v: ir.Value) -> float | None:
     return float(np.asarray(c).reshape(()))
 
 
-_BIASED = ("Conv", "ConvTranspose", "Gemm")
-
-
 def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
     """The int32 biases of ``readers`` requantized for a new input scale ``x_scale``: (node, input index,
     int32 values, scale ``x_scale * w_scale``) each, or None when one cannot be (a bias that no longer
@@ -339,9 +336,10 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
             if any(_int32_dequantized(v) is not None for a in adds for v in a.inputs):
                 return None
             continue
-        if node.op_type not in _BIASED or len(node.inputs) < 3 or node.inputs[2] is None:
+        i = ops.bias_input(node)  # Conv, ConvTranspose, Gemm: input 2
+        if i is None or len(node.inputs) <= i or node.inputs[i] is None:
             continue
-        real = _int32_dequantized(node.inputs[2])
+        real = _int32_dequantized(node.inputs[i])
         w = node.inputs[1].producer()
         w_scale = const_array(w.inputs[1]) if w is not None and w.op_type == "DequantizeLinear" else None
         if real is None or w_scale is None:
@@ -349,7 +347,7 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
         bias_scale = int32_bias_scale(x_scale, w_scale, real.shape)
         if np.any(np.abs(real) / bias_scale.astype(np.float64) > BIAS_LIMIT):
             return None
-        out.append((node, 2, numerics.quantize(real.astype(np.float32), bias_scale, 0, axis=0, out_dtype="int32"),
+        out.append((node, i, numerics.quantize(real.astype(np.float32), bias_scale, 0, axis=0, out_dtype="int32"),
                     bias_scale))
     return out
 
@@ -410,7 +408,7 @@ def shifts_as_zero_points(graph: ir.Graph) -> int:
             replace_value(graph, d.outputs[0], out)
         for holder, index, q_bias, bias_scale in biases:
             old = holder.inputs[index].producer()
-            _quantized_constant(graph, holder, index, q_bias, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
+            quantized_constant(graph, holder, index, q_bias, bias_scale, np.zeros(np.shape(bias_scale), np.int32), 0,
                                 "rescaled_bias")
             _drop_if_dead(graph, old)
         constant_dq = add.inputs[1 - i].producer()
@@ -427,20 +425,9 @@ def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], 
     pattern realizes it: :meth:`qnnx.autoquant.patterns.Pattern.realize`), shaped for ONNX Runtime's
     kernels: :func:`float_max_pools` (no number changes), :func:`shifts_as_zero_points` (a constant add
     becomes a zero point, rounded to the input's scale)."""
-    from qnnx.autoquant.patterns import pattern_named
-
     rewriter = QDQRewriter(float_model, plan, value_qparams, config)
     for match in plan.matches:
         pattern_named(match.pattern).realize(match, rewriter)
     float_max_pools(rewriter.graph)
     shifts_as_zero_points(rewriter.graph)
     return rewriter.finish()
-
-
-def for_onnx_runtime(model: ir.Model) -> tuple[ir.Model, list[PaddingRecord]]:
-    """The QDQ model as written and timed for ONNX Runtime: a copy with each quantized depthwise conv's
-    channels padded to ORT's fast kernel (:mod:`qnnx.autoquant.channel_padding`; same output bits).
-    Kept out of :func:`realize_qdq`: the logical QDQ model (compared with the float model value by
-    value, bias-corrected, converted to the canonical form) keeps the true channel counts."""
-    copy = _model_copy(model)
-    return copy, pad_depthwise_channels(copy.graph)

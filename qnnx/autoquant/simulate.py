@@ -24,7 +24,9 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import numerics
-from qnnx.autoquant.qdq import BIAS_LIMIT, AffineRewriter, _insert_after, _quantized_constant
+from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.patterns import pattern_named
+from qnnx.autoquant.qdq import BIAS_LIMIT, AffineRewriter, insert_after, quantized_constant
 from qnnx.calibrate import QParams
 from qnnx.dialect import DOMAIN
 from qnnx.dtypes import int_type
@@ -83,7 +85,7 @@ class SimulatedRewriter(AffineRewriter):
         out = b.op("Where", [on, self._pair(b, v, s, z, self.dtype, "activation"), v], hint="quantized_or_float")
         out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), v.shape
         name = v.name
-        _insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
+        insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
         self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name)
         self.enabled[s.name] = on
         return s
@@ -96,7 +98,7 @@ class SimulatedRewriter(AffineRewriter):
             need = np.abs(bias.reshape(-1)) if scale.ndim else np.float32(np.abs(bias).max(initial=0.0))
         if need is None or (scale.ndim and need.shape != scale.shape):  # constant int8 weights, exactly realize's
             for i in idx:
-                _quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
+                quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
             return None if need is None else Builder(self.graph, anchor.name).const(scale, "weight_scale")
         # qdq._fit_bias at run time: scale = max(scale, |bias| / (x_scale * 2**30)), then quantize the weights.
         b = Builder(self.graph, anchor.name)
@@ -166,9 +168,6 @@ def simulate_model(float_model: ir.Model, plan, config=None, *,
     same run-time qparams instead (the int32 bias stays simulated: QuantizeLinear has no int32).
     The same numbers; what calibration runs, because the exact lowering of simulated_quantize is a
     dozen elementwise ops per tensor (PP-OCR rec: 0.6 s per sample instead of 0.016 s in float)."""
-    from qnnx.autoquant.config import QuantConfig
-    from qnnx.autoquant.patterns import pattern_named
-
     config = config or QuantConfig()
     rewriter = SimulatedRewriter(float_model, plan, config, standard)
     for match in plan.matches:

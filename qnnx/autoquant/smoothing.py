@@ -18,21 +18,18 @@ sentence-embedding cosine to fp32 (mean / min): no smoothing 0.9923 / 0.9884; al
 is the default (``QuantConfig.smoothing_alpha``; None turns smoothing off).
 
 The channel maxima come from the float model on the calibration samples (one streamed pass before
-calibration; from a one-shot iterator only the first ``fallback_samples`` are used, then handed on
-to calibration). The smoothed output is a new value; the original name goes to ``Mul(y', s)`` when
+calibration). The smoothed output is a new value; the original name goes to ``Mul(y', s)`` when
 float readers remain, so per-layer comparisons by name (``qnnx compare``) compare like with like.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
-from qnnx.autoquant.data import input_specs, iter_samples
+from qnnx import runtime
 from qnnx.ir import Builder, const_array
 
 
@@ -108,31 +105,21 @@ def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None
         restore.name = name
 
 
-def smooth(model: ir.Model, calibration, config):
-    """Apply smoothing to every site of ``model`` in place; returns ``(model, calibration)`` where the
-    calibration source is unchanged unless it was a one-shot iterator (then its first samples, read
-    here, are put back in front)."""
+def smooth(model: ir.Model, data, alpha: float | None) -> ir.Model:
+    """Apply smoothing to every site of ``model``, in place (``alpha`` None: nothing); the channel
+    maxima come from one streamed pass over ``data`` (a bound CalibrationData). Returns ``model``."""
     sites = smoothing_sites(model.graph)
-    if config.smoothing_alpha is None or not sites:
-        return model, calibration
-    from qnnx.autoquant.pipeline import _run, _session_with_outputs  # the pipeline imports this module
-
-    one_shot = not isinstance(calibration, (str, os.PathLike)) and iter(calibration) is calibration
-    specs = input_specs(model)
-    if one_shot:
-        head = list(iter_samples(calibration, specs, config.fallback_samples, config.seed))
-        feeds, calibration = head, itertools.chain(head, calibration)
-    else:
-        feeds = iter_samples(calibration, specs, config.num_samples, config.seed)
+    if alpha is None or not sites:
+        return model
     outputs = [site.norm.outputs[0] for site in sites]
-    sess = _session_with_outputs(model, outputs)
+    sess = runtime.session(model, outputs=outputs, purpose=" to calibrate it")
     names = [v.name for v in outputs]
     absmax: list[np.ndarray | None] = [None] * len(sites)
-    for feed in feeds:
-        for i, y in enumerate(_run(sess, names, feed)):
+    for feed in data:
+        for i, y in enumerate(runtime.run(sess, names, feed)):
             a = np.abs(y).reshape(-1, y.shape[-1]).max(axis=0)
             absmax[i] = a if absmax[i] is None else np.maximum(absmax[i], a)
     for site, a in zip(sites, absmax):
         weights = [const_array(mm.inputs[1]) for mm in site.matmuls]
-        apply_smoothing(model.graph, site, smoothing_scales(a, weights, config.smoothing_alpha))
-    return model, calibration
+        apply_smoothing(model.graph, site, smoothing_scales(a, weights, alpha))
+    return model

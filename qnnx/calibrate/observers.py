@@ -44,6 +44,7 @@ import numpy as np
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.numerics import check_scale, check_zero_point, normalize_axis
+from qnnx.ops import facts, sigmoid
 
 QPARAM_DTYPES: tuple[str, ...] = ("int8", "uint8", "int16", "uint16")
 
@@ -67,22 +68,9 @@ _MIN_WIDTH = 2.0 ** -1000
 # --------------------------------------------------------------------------- consumer functions
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warning for large |x|
-
-
 def _silu(x):
-    return x * _sigmoid(x), _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x)))
-
-
-def _hardswish(x):
-    inner = np.clip(x + 3.0, 0.0, 6.0)
-    return x * inner / 6.0, np.where(x < -3.0, 0.0, np.where(x > 3.0, 1.0, (2.0 * x + 3.0) / 6.0))
-
-
-def _sigmoid_pair(x):
-    s = _sigmoid(x)
-    return s, s * (1.0 - s)
+    """SiLU, ``x * sigmoid(x)``: no ONNX op of its own, the sigmoid's gate times its input."""
+    return x * sigmoid(x), sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)))
 
 
 # The elementwise function a tensor's only reader applies, for the "mse" method: x -> (f(x), f'(x))
@@ -91,11 +79,12 @@ def _sigmoid_pair(x):
 # resolution where f is steep. A positive constant factor on f changes no choice.
 # Weight of the plain error of x next to the error of f(x): keeps a range from collapsing where f is flat.
 CONSUMER_IDENTITY_WEIGHT = 1e-8
+# The ops' own functions are their rows' (qnnx.ops.ElementwiseFunction.value_and_slope).
 CONSUMER_FUNCTIONS: dict[str, object] = {
     "identity": None,
     "silu": _silu,
-    "hardswish": _hardswish,
-    "sigmoid": _sigmoid_pair,
+    "hardswish": facts("HardSwish").function.value_and_slope,
+    "sigmoid": facts("Sigmoid").function.value_and_slope,
 }
 
 

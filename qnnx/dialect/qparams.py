@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import numerics
-from qnnx.dialect.linear_ops import _ACT_TYPES, _WEIGHT_TYPES
+from qnnx.dialect.linear_ops import ACT_TYPES, WEIGHT_TYPES
 from qnnx.dialect.schema import DOMAIN, INT_DTYPES, get_schema
 from qnnx.dtypes import int_type, is_int_type
 from qnnx.errors import QnnxError
@@ -75,11 +75,11 @@ QPARAMS: dict[str, tuple[QParams, ...]] = {
 _BITS_8_16 = ("int8", "uint8", "int16", "uint16")
 # dtypes each op takes for its integer operands (input index -> names); others are not restricted here.
 OPERAND_TYPES: dict[str, dict[int, tuple[str, ...]]] = {
-    "conv": {0: _ACT_TYPES, 1: _WEIGHT_TYPES, 6: ("int32",)},
-    "conv_transpose": {0: _ACT_TYPES, 1: _WEIGHT_TYPES, 6: ("int32",)},
-    "matmul": {0: _ACT_TYPES, 3: (*_WEIGHT_TYPES, "int16"), 6: ("int32",)},
+    "conv": {0: ACT_TYPES, 1: WEIGHT_TYPES, 6: ("int32",)},
+    "conv_transpose": {0: ACT_TYPES, 1: WEIGHT_TYPES, 6: ("int32",)},
+    "matmul": {0: ACT_TYPES, 3: (*WEIGHT_TYPES, "int16"), 6: ("int32",)},
     "add": {0: _BITS_8_16, 3: _BITS_8_16}, "sub": {0: _BITS_8_16, 3: _BITS_8_16}, "mul": {0: _BITS_8_16, 3: _BITS_8_16},
-    "avg_pool": {0: _ACT_TYPES}, "global_avg_pool": {0: _ACT_TYPES},
+    "avg_pool": {0: ACT_TYPES}, "global_avg_pool": {0: ACT_TYPES},
     "softmax": {0: _BITS_8_16}, "variance": {0: _BITS_8_16}, "layer_norm": {0: _BITS_8_16, 7: INT_DTYPES},
     "lut": {0: ("int4", "uint4", "int8", "uint8", "int16", "uint16")},
     "dequantize": {0: INT_DTYPES}, "requantize": {0: INT_DTYPES},

@@ -119,7 +119,7 @@ def run(samples: int = 32, eval_samples: int = 200, seed: int = 0, output: str |
     fp32 and int8 on the evaluation crops, time both single-threaded. ``log(str)`` gets progress lines.
     ``export``: a directory to receive ``float.onnx`` (the shipped model) and ``samples/*.npy`` (the
     calibration crops), to try the other ``qnnx`` commands on."""
-    from qnnx.analysis.latency import median_latency_ms
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
     from qnnx.autoquant import QuantConfig, quantize
 
     if samples < 1 or eval_samples < 1:

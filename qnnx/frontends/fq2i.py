@@ -10,9 +10,10 @@ from float values to the integer value and :class:`AffineType` they stand for:
 
 A rule gets the node and a :class:`Context`, and returns one :class:`Affine`
 per output or raises :class:`Unsupported` with the reason (recorded: the op
-stays in float). Ops whose output qparams are not implied by their inputs
-(add, mul, concat, pooling, lookup tables) take them from the single quantize
-consuming their output. Dead float ops are removed at the end.
+stays in float); the contract and the registry are :mod:`qnnx.frontends.fq2i_registry`.
+Ops whose output qparams are not implied by their inputs (add, mul, concat,
+pooling, lookup tables) take them from the single quantize consuming their
+output. Dead float ops are removed at the end.
 
 Canonical form (docs/canonical.md): conv/matmul produce int32 accumulators
 always followed by a requantize; every integer op carries explicit qparams.
@@ -22,38 +23,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from qnnx import numerics
+from qnnx import numerics, ops
 from qnnx.dialect import DOMAIN
 from qnnx.dialect.qparams import check_graph
-from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
+# The rule modules: importing them registers their rules (they import fq2i_registry only, never this module).
+from qnnx.frontends import fq2i_gelu, fq2i_layer_norm, fq2i_rules  # noqa: F401
 from qnnx.frontends.affine import Affine, AffineType, affine_type_of_dequantize, requantize_to
+from qnnx.frontends.fq2i_registry import FQ2I_RULES, Context, Unsupported, constant_qparams, quantize_type
 from qnnx.frontends.onnx_quant import import_onnx
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
-
-
-class Unsupported(Exception):
-    """A rule cannot convert this node; the message says why."""
-
-
-FQ2IRule = Callable[[ir.Node, "Context"], "list[Affine]"]
-FQ2I_RULES: dict[str, FQ2IRule] = {}
-
-
-def fq2i_rule(*op_types: str):
-    def wrap(fn: FQ2IRule) -> FQ2IRule:
-        for t in op_types:
-            FQ2I_RULES[t] = fn
-        return fn
-
-    return wrap
 
 
 @dataclass
@@ -75,117 +60,11 @@ class Report:
         return "\n".join(lines)
 
 
-class Context:
-    """What a rule may ask while converting one node."""
-
-    def __init__(self, env: dict[ir.Value, Affine], b: Builder, numerics: str = "onnxruntime"):
-        self.env = env
-        self.b = b
-        # "onnxruntime": ops ORT fuses into QLinear kernels (or runs in float, BatchNormalization) take
-        # ORT's own float32 recipe, so the model computes what ORT computes; "qdq": the QDQ graph's
-        # runtime-independent meaning (float32 multipliers, exact softmax, exact depthwise BatchNorm)
-        self.numerics = numerics
-
-    def affine(self, v: ir.Value | None, what: str = "input") -> Affine:
-        if v is None or v not in self.env:
-            raise Unsupported(f"{what} is not quantized")
-        return self.env[v]
-
-    def has_affine(self, v: ir.Value | None) -> bool:
-        return v is not None and v in self.env
-
-    def output_type(self, v: ir.Value) -> AffineType:
-        """The type of the quantize(s) consuming ``v`` — directly, or through ops that only move data
-        (a Reshape between an op and its quantize is common, e.g. after opset conversion). All must
-        agree."""
-        types = self._quantize_types(v, depth=0)
-        if not types:
-            raise Unsupported("output is not quantized (no quantize consumes it)")
-        if any(not t.same_as(types[0]) for t in types[1:]):
-            raise Unsupported("output is quantized with different qparams by its consumers")
-        return types[0]
-
-    def _quantize_types(self, v: ir.Value, depth: int) -> list[AffineType]:
-        users = [u.node for u in v.uses()]
-        if not users or v.is_graph_output() or depth > 8:
-            return []
-        types = []
-        for u in users:
-            t = _quantize_type(u)
-            # A Relu/Clip between an op and its quantize passes the type through too: quantize is monotonic,
-            # so quantize(clip(v)) == integer clip of quantize(v) to the quantized bounds, exactly (the
-            # Relu/Clip rule then clamps in integers). ORT's and qnnx's QDQ put activations there.
-            passes = u.op_type in _PASS_THROUGH or (u.op_type in ("Relu", "Clip") and u.domain in ("", "ai.onnx"))
-            if t is None and passes and len(u.outputs) == 1 and u.inputs[0] is v:
-                inner = self._quantize_types(u.outputs[0], depth + 1)
-                if not inner:
-                    return []
-                types += inner
-            elif t is None:
-                return []
-            else:
-                types.append(t)
-        return types
-
-    def rank(self, v: ir.Value) -> int | None:
-        """``v``'s rank, from its shape or, when inference lost it, from the producers: elementwise
-        and requantizing ops keep the rank, a conv's output has its weight's rank."""
-        for _ in range(16):
-            if v.shape is not None:
-                return len(v.shape)
-            p = v.producer()
-            if p is None or not p.inputs or p.inputs[0] is None:
-                return None
-            if p.op_type in _WEIGHT_RANK_OPS:
-                w = p.inputs[1]
-                return len(w.shape) if w is not None and w.shape is not None else None
-            if p.op_type not in _RANK_KEEPING_OPS:
-                return None
-            v = p.inputs[0]
-        return None
-
-    def const(self, v: ir.Value | None) -> np.ndarray | None:
-        return None if v is None else const_array(v)
-
-    def real_const(self, v: ir.Value | None) -> np.ndarray | None:
-        """A float constant, either plain or a dequantized constant."""
-        arr = self.const(v)
-        if arr is not None:
-            return np.asarray(arr)
-        if v is not None and v in self.env:
-            a = self.env[v]
-            q = const_array(a.value)
-            if q is not None:
-                return numerics.dequantize(np.asarray(q), a.type.scale, a.type.zero_point,
-                                           axis=a.type.axis if a.type.axis is not None else -1)
-        return None
-
-
 def _typed(a: Affine) -> Affine:
     """Record the integer dtype on values the rules created, for later rules and lowering."""
     if a.value.dtype is None:
         a.value.type = ir.TensorType(a.type.dtype.onnx)
     return a
-
-
-def _const_qparams(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
-    s, z = const_array(node.inputs[1]), const_array(node.inputs[2]) if len(node.inputs) > 2 else np.int32(0)
-    if s is None or z is None:
-        return None
-    if "block_size" in node.attributes and node.attributes["block_size"].value:
-        return None  # blocked types are not propagated (weights only; left as dequantize)
-    return np.asarray(s, np.float32), np.asarray(z)
-
-
-def _quantize_type(node: ir.Node) -> AffineType | None:
-    if node.domain != DOMAIN or node.op_type != "quantize":
-        return None
-    qp = _const_qparams(node)
-    if qp is None:
-        return None
-    axis = node.attributes["axis"].value if "axis" in node.attributes else 1
-    dtype = int_type(node.attributes["out_dtype"].value)
-    return AffineType(qp[0], qp[1], dtype, axis if qp[0].size > 1 else None)
 
 
 # --------------------------------------------------------------------------- driver
@@ -209,12 +88,12 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
     reasons: dict[ir.Node, str] = {}
     for node in list(graph):
         if node.domain == DOMAIN and node.op_type == "dequantize":
-            qp = _const_qparams(node)
+            qp = constant_qparams(node)
             if qp is not None and node.inputs[0].dtype is not None:
                 env[node.outputs[0]] = Affine(node.inputs[0], affine_type_of_dequantize(node, *qp))
             continue
         if node.domain == DOMAIN and node.op_type == "quantize":
-            target = _quantize_type(node)
+            target = quantize_type(node)
             if target is not None and const_array(node.inputs[0]) is not None:
                 _fold_constant_quantize(graph, node, target)
                 continue
@@ -321,15 +200,6 @@ def _feeds_quantize(v: ir.Value) -> bool:
     return any(u.node.domain == DOMAIN and u.node.op_type == "quantize" for u in v.uses())
 
 
-_PASS_THROUGH = {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
-_WEIGHT_RANK_OPS = {"conv", "conv_transpose", "Conv", "ConvTranspose"}
-_RANK_KEEPING_OPS = {"requantize", "quantize", "dequantize", "simulated_quantize", "simulated_dequantize", "lut",
-                     "add", "sub", "mul", "Clip", "Relu", "Sigmoid", "HardSigmoid", "Mul", "Add", "Sub", "Div",
-                     "BatchNormalization", "LeakyRelu", "Tanh", "Identity", "Cast"}
-_SHAPE_OPS = {"Shape", "Size"}
-_DATA_OPS = {"Shape", "Constant", "Identity", "Cast", "Size"}
-
-
 def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> None:
     """Float compute ops inside a quantized region: reachable from a dequantize through float ops,
     and reaching a quantize through float ops."""
@@ -339,7 +209,7 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
     nodes = [n for n in graph if n.domain != DOMAIN]
     after_dq: set[ir.Node] = set()
     for n in nodes:  # topological order: one forward sweep
-        if n.op_type in _SHAPE_OPS:
+        if ops.shape_only(n):
             continue  # a tensor's shape is metadata, not quantized data: shape arithmetic is not a region
         if any(_is_dequantized(v) or (v is not None and v.producer() in after_dq) for v in n.inputs):
             after_dq.add(n)
@@ -351,7 +221,8 @@ def _collect_float_leftovers(graph: ir.Graph, reasons: dict, report: Report) -> 
                 break
     for node in nodes:
         floating = any(o.dtype is None or o.dtype.is_floating_point() for o in node.outputs)
-        if node in after_dq and node in before_q and node.op_type not in _DATA_OPS and floating:
+        # (not the ops that compute no real values: shapes, constants, copies, casts)
+        if node in after_dq and node in before_q and ops.computes(node) and floating:
             has_rule = node.domain in ("", "ai.onnx") and node.op_type in FQ2I_RULES
             why = reasons.get(node) or ("inputs are not quantized with constant qparams" if has_rule
                                         else "no integer rule for this op")
@@ -368,9 +239,3 @@ def from_qdq(model, *, strict: bool = False, numerics: str = "onnxruntime") -> o
     m, report = convert(model, strict=strict, numerics=numerics)
     m.metadata_props["qnnx.left_in_float"] = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
     return ir.to_proto(m)
-
-
-# Rules live in their own module; importing it registers them.
-from qnnx.frontends import fq2i_rules as _rules  # noqa: E402,F401
-from qnnx.frontends import fq2i_layer_norm as _layer_norm_rules  # noqa: E402,F401
-from qnnx.frontends import fq2i_gelu as _gelu_rules  # noqa: E402,F401

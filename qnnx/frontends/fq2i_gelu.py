@@ -16,11 +16,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.dialect import DOMAIN
 from qnnx.frontends import fq2i_rules
 from qnnx.frontends.affine import Affine
-from qnnx.frontends.fq2i import Context, FQ2I_RULES, Unsupported, fq2i_rule
-from qnnx.frontends.tables import ELEMENTWISE, lookup_table
+from qnnx.frontends.fq2i_registry import FQ2I_RULES, Context, Unsupported, fq2i_rule
+from qnnx.frontends.tables import lookup_table
 
 _SQRT1_2 = float(1 / np.sqrt(2.0))
 
@@ -77,7 +78,7 @@ def _with_gelu(fallback):
         out = ctx.output_type(chain[1])
         if not out.per_tensor:
             raise Unsupported("per-axis output qparams")
-        table = lookup_table(ELEMENTWISE["Gelu"], x.type, out, {})
+        table = lookup_table(ops.facts("Gelu").function.numpy, x.type, out, {})
         ctx.env[chain[1]] = Affine(ctx.b.op("lut", [x.value, ctx.b.const(table, "gelu_table")], domain=DOMAIN), out)
         return [None]
 

@@ -37,7 +37,7 @@ import onnx_ir as ir
 from qnnx import numerics
 from qnnx.dialect import DOMAIN
 from qnnx.frontends.affine import Affine, AffineType
-from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
+from qnnx.frontends.fq2i_registry import Context, Unsupported, fq2i_rule
 from qnnx.ir import const_array
 
 _MARK = "qnnx.fq2i.layer_norm"  # Sqrt.meta key: the chain matched from its first ReduceMean

@@ -30,12 +30,12 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import numerics
+from qnnx import numerics, ops
 from qnnx.dialect import DOMAIN
 from qnnx.dialect.elementwise_ops import LUT_MAX_BITS
 from qnnx.frontends.affine import Affine, AffineType, requantize_to
-from qnnx.frontends.fq2i import Context, Unsupported, fq2i_rule
-from qnnx.frontends.tables import ELEMENTWISE, batch_norm_table, lookup_table
+from qnnx.frontends.fq2i_registry import Context, Unsupported, fq2i_rule
+from qnnx.frontends.tables import batch_norm_table, lookup_table
 from qnnx.dtypes import int_type
 from qnnx.ir import const_array
 
@@ -72,8 +72,7 @@ def _qparam_inputs(ctx: Context, t: AffineType, hint: str) -> list[ir.Value]:
 # --------------------------------------------------------------------------- identity on the affine type
 
 
-@fq2i_rule("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "Expand",
-           "Tile", "Identity", "DepthToSpace", "SpaceToDepth")
+@fq2i_rule(*ops.op_types(lambda f: f.moves_data))  # Reshape, Transpose, Slice, Gather, Expand, ...
 def _data_movement(node, ctx):
     x = _per_tensor(ctx.affine(node.inputs[0]))
     if any(ctx.has_affine(v) for v in node.inputs[1:]):
@@ -205,13 +204,13 @@ def lut_input(x: Affine) -> Affine:
     return x
 
 
-@fq2i_rule(*ELEMENTWISE)
+@fq2i_rule(*ops.op_types(lambda f: f.function is not None))  # Sigmoid, HardSwish, Tanh, Exp, Gelu, ...
 def _elementwise(node, ctx):
     x = lut_input(ctx.affine(node.inputs[0]))
     out = ctx.output_type(node.outputs[0])
     if not out.per_tensor:
         raise Unsupported("per-axis output qparams")
-    table = lookup_table(ELEMENTWISE[node.op_type], x.type, out, _attrs(node, *node.attributes))
+    table = lookup_table(ops.elementwise_function(node).numpy, x.type, out, _attrs(node, *node.attributes))
     y = ctx.b.op("lut", [x.value, ctx.b.const(table, "table")], domain=DOMAIN)
     return [Affine(y, out)]
 

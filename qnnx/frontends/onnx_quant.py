@@ -1,6 +1,6 @@
 """Import of ONNX's standard quantization ops into the qnnx dialect.
 
-Rules, one per op (``@import_rule``):
+Rules, one per op (``@import_rule``, :mod:`qnnx.frontends.import_registry`):
 
     QuantizeLinear(x, s, z)                  -> qnnx.quantize(x, s, int32(z))
     DequantizeLinear(q, s, z)                -> qnnx.dequantize(q, s, int32(z))
@@ -19,8 +19,6 @@ are (a rule returns ``None`` to leave a node alone).
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import onnx_ir as ir
 
@@ -28,102 +26,36 @@ from qnnx.dialect import DOMAIN, VERSION
 from qnnx.dialect.qparams import check_graph, check_node
 from qnnx.dtypes import INT_TYPES, int_type, is_int_type
 from qnnx.errors import QnnxError
-from qnnx.ir import Builder, const_array, replace_node
-
-ImportRule = Callable[[ir.Node, Builder], "list[ir.Value] | None"]
-IMPORT_RULES: dict[tuple[str, str], ImportRule] = {}
-
-
-def import_rule(op_type: str, domain: str = ""):
-    def wrap(fn: ImportRule) -> ImportRule:
-        IMPORT_RULES[(domain, op_type)] = fn
-        return fn
-
-    return wrap
+# com.microsoft QOperator rules: importing the module registers them (it imports import_registry only).
+from qnnx.frontends import qoperator  # noqa: F401
+from qnnx.frontends.import_registry import (IMPORT_RULES, accumulator_like, attribute, dtype_of, import_rule,
+                                            input_at, int32_zero_point, int_type_name, output_dtype,
+                                            scale_product)
+from qnnx.ir import Builder, load_model, replace_node
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def _input(node: ir.Node, i: int) -> ir.Value | None:
-    return node.inputs[i] if i < len(node.inputs) else None
-
-
-def _attr(node: ir.Node, name: str, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
-
-
-def _int32_zero_point(b: Builder, zp: ir.Value | None, hint: str) -> ir.Value:
-    """Zero points are int32 in the dialect; a constant is converted offline, a dynamic one by Cast."""
-    if zp is None:
-        return b.const(np.int32(0), hint)
-    arr = const_array(zp)
-    if arr is not None:
-        arr = np.asarray(arr)
-        if arr.dtype.kind not in "iu" and not is_int_type(arr.dtype):
-            raise QnnxError(f"zero point {zp.name!r} must be an integer tensor, got dtype {arr.dtype}")
-        return b.const(arr.astype(np.int64).astype(np.int32), hint)
-    return b.op("Cast", [zp], to=ir.DataType.INT32, hint=hint)
+# --------------------------------------------------------------------------- rules
 
 
 def _float_one(b: Builder, hint: str) -> ir.Value:
     return b.const(np.float32(1.0), hint)
 
 
-def _dtype_of(value: ir.Value | None) -> ir.DataType | None:
-    if value is None:
-        return None
-    if value.dtype is not None:
-        return value.dtype
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Cast" and producer.domain == "":
-        return ir.DataType(producer.attributes["to"].value)
-    arr = const_array(value)
-    return ir.tensor(arr).dtype if arr is not None else None
-
-
-def _int_name(dtype: ir.DataType | None) -> str | None:
-    return int_type(dtype).name if dtype is not None and is_int_type(dtype) else None
-
-
-def _accumulator_like(acc: ir.Value, out: ir.Value) -> ir.Value:
-    """The int32 accumulator has the op output's shape: record it for later passes."""
-    acc.type = ir.TensorType(ir.DataType.INT32)
-    acc.shape = out.shape
-    return acc
-
-
-def _product(b: Builder, s1: ir.Value, s2: ir.Value, hint: str) -> ir.Value:
-    """``s1 * s2`` in float32, folded when both are constants (same arithmetic either way)."""
-    a1, a2 = const_array(s1), const_array(s2)
-    if a1 is not None and a2 is not None:
-        a1, a2 = np.asarray(a1), np.asarray(a2)
-        if a1.size > 1 and a2.size > 1 and a1.shape != a2.shape:
-            raise QnnxError(f"scales {s1.name!r} {a1.shape} and {s2.name!r} {a2.shape} do not multiply: one of them "
-                            "must be per-tensor")
-        return b.const((a1.astype(np.float32) * a2.astype(np.float32)).astype(np.float32), hint)
-    return b.op("Mul", [s1, s2], hint=hint)
-
-
-# --------------------------------------------------------------------------- rules
-
-
 @import_rule("QuantizeLinear")
 def _quantize_linear(node: ir.Node, b: Builder):
-    x, scale, zp = _input(node, 0), _input(node, 1), _input(node, 2)
-    out = _int_name(_dtype_of(zp)) if zp is not None else None
+    x, scale, zp = input_at(node, 0), input_at(node, 1), input_at(node, 2)
+    out = int_type_name(dtype_of(zp)) if zp is not None else None
     if out is None and zp is None:
-        given = _attr(node, "output_dtype", 0)
-        out = _int_name(ir.DataType(given)) if given else "uint8"
+        given = attribute(node, "output_dtype", 0)
+        out = int_type_name(ir.DataType(given)) if given else "uint8"
     if out is None:
         return None  # float8 / float4: not an affine integer type
-    precision = _attr(node, "precision", 0)
+    precision = attribute(node, "precision", 0)
     if precision:
         x = b.op("Cast", [x], to=precision, hint="x_precision")
         scale = b.op("Cast", [scale], to=precision, hint="scale_precision")
-    y = b.op("quantize", [x, scale, _int32_zero_point(b, zp, "zero_point")], domain=DOMAIN,
-             axis=_attr(node, "axis", 1), block_size=_attr(node, "block_size", 0) or None, out_dtype=out,
+    y = b.op("quantize", [x, scale, int32_zero_point(b, zp, "zero_point")], domain=DOMAIN,
+             axis=attribute(node, "axis", 1), block_size=attribute(node, "block_size", 0) or None, out_dtype=out,
              rounding="half_even")
     y.type = ir.TensorType(int_type(out).onnx)
     return [y]
@@ -131,68 +63,59 @@ def _quantize_linear(node: ir.Node, b: Builder):
 
 @import_rule("DequantizeLinear")
 def _dequantize_linear(node: ir.Node, b: Builder):
-    q, scale, zp = _input(node, 0), _input(node, 1), _input(node, 2)
-    qtype = _dtype_of(q)
+    q, scale, zp = input_at(node, 0), input_at(node, 1), input_at(node, 2)
+    qtype = dtype_of(q)
     if qtype is not None and not is_int_type(qtype):
         return None
-    y = b.op("dequantize", [q, scale, _int32_zero_point(b, zp, "zero_point")], domain=DOMAIN,
-             axis=_attr(node, "axis", 1), block_size=_attr(node, "block_size", 0) or None)
-    want = _attr(node, "output_dtype", 0)
-    if want and want != _dtype_of(scale):
+    y = b.op("dequantize", [q, scale, int32_zero_point(b, zp, "zero_point")], domain=DOMAIN,
+             axis=attribute(node, "axis", 1), block_size=attribute(node, "block_size", 0) or None)
+    want = attribute(node, "output_dtype", 0)
+    if want and want != dtype_of(scale):
         y = b.op("Cast", [y], to=want, hint="y_output_dtype")
     return [y]
 
 
-def _output_dtype(node: ir.Node, zp: ir.Value | None, fallback: ir.Value) -> str:
-    name = _int_name(_dtype_of(zp)) or _int_name(_dtype_of(fallback))
-    if name is None:
-        raise QnnxError(f"{node.op_type} output type is unknown (untyped zero point)")
-    if name not in ("int8", "uint8"):  # QLinear* / com.microsoft QOperator outputs (the y zero point's type)
-        raise QnnxError(f"{node.op_type} outputs int8 or uint8 (the type of its output zero point), got {name}")
-    return name
-
-
 @import_rule("QLinearConv")
 def _qlinear_conv(node: ir.Node, b: Builder):
-    x, sx, zx, w, sw, zw, sy, zy = (_input(node, i) for i in range(8))
-    bias = _input(node, 8)
-    attrs = {k: _attr(node, k) for k in ("auto_pad", "kernel_shape", "pads", "strides", "dilations", "group")}
-    acc = b.op("conv", [x, w, sx, _int32_zero_point(b, zx, "x_zero_point"), sw,
-                        _int32_zero_point(b, zw, "w_zero_point"), bias], domain=DOMAIN, **attrs)
-    _accumulator_like(acc, node.outputs[0])
-    y = b.op("requantize", [acc, _product(b, sx, sw, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
-                            _int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=1,
-             out_dtype=_output_dtype(node, zy, x), rounding="half_even", compute="float")
-    y.type = ir.TensorType(int_type(_output_dtype(node, zy, x)).onnx)
+    x, sx, zx, w, sw, zw, sy, zy = (input_at(node, i) for i in range(8))
+    bias = input_at(node, 8)
+    attrs = {k: attribute(node, k) for k in ("auto_pad", "kernel_shape", "pads", "strides", "dilations", "group")}
+    acc = b.op("conv", [x, w, sx, int32_zero_point(b, zx, "x_zero_point"), sw,
+                        int32_zero_point(b, zw, "w_zero_point"), bias], domain=DOMAIN, **attrs)
+    accumulator_like(acc, node.outputs[0])
+    y = b.op("requantize", [acc, scale_product(b, sx, sw, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
+                            int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=1,
+             out_dtype=output_dtype(node, zy, x), rounding="half_even", compute="float")
+    y.type = ir.TensorType(int_type(output_dtype(node, zy, x)).onnx)
     return [y]
 
 
 @import_rule("QLinearMatMul")
 def _qlinear_matmul(node: ir.Node, b: Builder):
-    a, sa, za, bb, sb, zb, sy, zy = (_input(node, i) for i in range(8))
-    acc = b.op("matmul", [a, sa, _int32_zero_point(b, za, "a_zero_point"), bb, sb,
-                          _int32_zero_point(b, zb, "b_zero_point")], domain=DOMAIN)
-    _accumulator_like(acc, node.outputs[0])
-    y = b.op("requantize", [acc, _product(b, sa, sb, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
-                            _int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=-1,
-             out_dtype=_output_dtype(node, zy, a), rounding="half_even", compute="float")
+    a, sa, za, bb, sb, zb, sy, zy = (input_at(node, i) for i in range(8))
+    acc = b.op("matmul", [a, sa, int32_zero_point(b, za, "a_zero_point"), bb, sb,
+                          int32_zero_point(b, zb, "b_zero_point")], domain=DOMAIN)
+    accumulator_like(acc, node.outputs[0])
+    y = b.op("requantize", [acc, scale_product(b, sa, sb, "acc_scale"), b.const(np.int32(0), "acc_zero_point"), sy,
+                            int32_zero_point(b, zy, "y_zero_point")], domain=DOMAIN, axis=-1,
+             out_dtype=output_dtype(node, zy, a), rounding="half_even", compute="float")
     return [y]
 
 
 @import_rule("ConvInteger")
 def _conv_integer(node: ir.Node, b: Builder):
-    x, w, zx, zw = (_input(node, i) for i in range(4))
-    attrs = {k: _attr(node, k) for k in ("auto_pad", "kernel_shape", "pads", "strides", "dilations", "group")}
-    acc = b.op("conv", [x, w, _float_one(b, "x_scale"), _int32_zero_point(b, zx, "x_zero_point"),
-                        _float_one(b, "w_scale"), _int32_zero_point(b, zw, "w_zero_point")], domain=DOMAIN, **attrs)
+    x, w, zx, zw = (input_at(node, i) for i in range(4))
+    attrs = {k: attribute(node, k) for k in ("auto_pad", "kernel_shape", "pads", "strides", "dilations", "group")}
+    acc = b.op("conv", [x, w, _float_one(b, "x_scale"), int32_zero_point(b, zx, "x_zero_point"),
+                        _float_one(b, "w_scale"), int32_zero_point(b, zw, "w_zero_point")], domain=DOMAIN, **attrs)
     return [acc]
 
 
 @import_rule("MatMulInteger")
 def _matmul_integer(node: ir.Node, b: Builder):
-    a, bb, za, zb = (_input(node, i) for i in range(4))
-    acc = b.op("matmul", [a, _float_one(b, "a_scale"), _int32_zero_point(b, za, "a_zero_point"), bb,
-                          _float_one(b, "b_scale"), _int32_zero_point(b, zb, "b_zero_point")], domain=DOMAIN)
+    a, bb, za, zb = (input_at(node, i) for i in range(4))
+    acc = b.op("matmul", [a, _float_one(b, "a_scale"), int32_zero_point(b, za, "a_zero_point"), bb,
+                          _float_one(b, "b_scale"), int32_zero_point(b, zb, "b_zero_point")], domain=DOMAIN)
     return [acc]
 
 
@@ -221,8 +144,6 @@ def _dynamic_quantize_linear(node: ir.Node, b: Builder):
 def import_onnx(model, *, copy: bool = True) -> ir.Model:
     """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``); every qnnx
     op, imported or already there, keeps the qparams rules (:mod:`qnnx.dialect.qparams`)."""
-    from qnnx.ir import load_model
-
     m = load_model(model, copy=copy)
     graph = m.graph
     check_graph(graph)  # qnnx ops already in the file
@@ -253,6 +174,3 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
 
 
 __all__ = ["import_onnx", "import_rule", "IMPORT_RULES", "INT_TYPES"]
-
-# com.microsoft QOperator rules register on import.
-import qnnx.frontends.qoperator  # noqa: E402,F401

@@ -30,7 +30,9 @@ import onnx_ir as ir
 
 from qnnx import numerics, numerics_mlas
 from qnnx.dialect import DOMAIN
+from qnnx.dialect.elementwise_ops import concat_output_qparams
 from qnnx.dialect.qparams import check_node
+from qnnx.dialect.windows import window
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, load_model, replace_node
@@ -303,7 +305,6 @@ def _conv(node, a, b):
     attrs = _window_attrs(a)
     if attrs.get("auto_pad") in ("SAME_UPPER", "SAME_LOWER"):
         # ORT's ConvInteger rejects SAME_* with dilations: resolve to explicit pads (needs static dims).
-        from qnnx.dialect.windows import window
 
         if x.shape is None or w.shape is None or not all(isinstance(d, int) for d in (*x.shape, *w.shape)):
             raise QnnxError("auto_pad SAME_* needs static input and weight shapes to lower")
@@ -536,7 +537,6 @@ def _mul(node, a, b):
 
 @lower_rule("concat")
 def _concat(node, a, b):
-    from qnnx.dialect.elementwise_ops import concat_output_qparams
 
     ys, yz = _const(node, 0, "y_scale"), _const(node, 1, "y_zero_point")
     xs = node.inputs[2::3]
@@ -820,7 +820,6 @@ def _global_avg_pool(node, a, b):
 
 @lower_rule("avg_pool")
 def _avg_pool(node, a, b):
-    from qnnx.dialect.windows import window
 
     x = node.inputs[0]
     t = _dtype(x, "x")

@@ -12,7 +12,7 @@ from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
+from qnnx.autoquant.consumers import RECOGNIZERS, consumer_function, reader_weight_norms, silu_output
 from qnnx.ir import load_model
 
 RNG = np.random.default_rng(17)
@@ -244,11 +244,19 @@ def _silu_graph():
     g.node("Concat", [y, x], name="mixed", out="mixed", axis=1)
     s = g.node("Sigmoid", [a], name="other_sig")
     g.node("Mul", [x, s], name="gated", out="gated")  # x times the sigmoid of another value: not SiLU
-    return g.model("p", "cat", "mixed", "gated")
+    g.node("Tile", [y, g.const(np.array([1, 2, 1, 1], np.int64))], name="tile", out="tiled")
+    scales = g.const(np.array([1, 1, 2, 2], np.float32))
+    for mode in ("nearest", "linear", "cubic"):
+        g.node("Resize", [y, "", scales], name=mode, out=mode, mode=mode)
+    g.node("AveragePool", [y], name="avg", out="avg", kernel_shape=[2, 2])
+    return g.model("p", "cat", "mixed", "gated", "tiled", "nearest", "linear", "cubic", "avg")
 
 
+# the ops keeping their values' range (qnnx.ops.keeps_range): selecting (MaxPool, Concat, Tile, nearest
+# Resize) or interpolating between neighbours (linear Resize); not cubic Resize (it overshoots) nor averages
 @pytest.mark.parametrize("name, want", [("y", True), ("p", True), ("cat", True), ("mixed", False),
-                                        ("gated", False), ("x", False)])
+                                        ("gated", False), ("x", False), ("tiled", True), ("nearest", True),
+                                        ("linear", True), ("cubic", False), ("avg", False)])
 def test_silu_output_follows_selecting_ops_only(name, want):
     assert silu_output(_value(_silu_graph(), name)) is want
 
@@ -284,3 +292,13 @@ def test_silu_lobe_keeps_the_negative_side_of_a_silu_output():
 def test_silu_lobe_is_validated(value):
     with pytest.raises(qnnx.QnnxError, match=re.escape("silu_lobe must be in [0, 1)")):
         QuantConfig(silu_lobe=value)
+
+
+def test_every_recognizer_names_a_consumer_function_of_the_observers():
+    from qnnx.calibrate.observers import CONSUMER_FUNCTIONS
+    from qnnx.ops import facts
+
+    assert set(RECOGNIZERS) <= set(CONSUMER_FUNCTIONS) - {"identity"}
+    # an op's own function is its row in the op table, not a second definition
+    assert CONSUMER_FUNCTIONS["sigmoid"] is facts("Sigmoid").function.value_and_slope
+    assert CONSUMER_FUNCTIONS["hardswish"] is facts("HardSwish").function.value_and_slope

@@ -13,7 +13,7 @@ import pytest
 from autoquant_helpers import Graph, conv_weight, samples
 
 import qnnx
-from qnnx import QuantConfig
+from qnnx import QuantConfig, ops
 from qnnx.autoquant import patterns as P
 from qnnx.autoquant.patterns import MatchFail, Pattern, PatternMatch, Target, patterns_for, register_pattern
 from qnnx.autoquant.pipeline import plan
@@ -355,6 +355,51 @@ def test_a_registered_pattern_is_simulated_and_calibrated_sequentially_with_no_o
 def test_toy_pattern_is_gone_after_removal():
     assert patterns_for("Abs") == []
     assert all(p.name != "toy_abs" for p in P.PATTERNS)
+
+
+def test_patterns_sharing_an_anchor_are_offered_a_node_by_priority():
+    assert [p.name for p in patterns_for("Mul")] == ["gelu", "scale", "binary"]
+    assert [p.name for p in patterns_for("Div")] == ["gelu", "scale"]
+    assert [p.name for p in patterns_for("Add")] == ["binary"]
+    for p in P.PATTERNS:
+        for q in P.PATTERNS:
+            if p is not q and set(p.anchors) & set(q.anchors):
+                assert p.priority != q.priority, (p.name, q.name)
+
+
+def test_a_pattern_sharing_an_anchor_and_a_priority_is_refused():
+    before = list(P.PATTERNS)
+
+    class Clash(Pattern):
+        name = "toy_clash"
+        anchors = ("Sub",)
+        priority = P.BinaryPattern.priority
+
+    with pytest.raises(ValueError, match="share anchors"):
+        register_pattern(Clash)
+
+    class Twin(Pattern):
+        name = "binary"
+        anchors = ("Abs",)
+
+    with pytest.raises(ValueError, match="registered already"):
+        register_pattern(Twin)
+    assert P.PATTERNS == before
+
+
+def test_pattern_kinds_and_contractions():
+    from qnnx.autoquant.speed import KINDS
+
+    kinds = {p.name: p.kind for p in P.PATTERNS}
+    assert kinds == {"conv": "conv", "conv_transpose": "conv transpose", "matmul": "matmul/gemm",
+                     "gemm": "matmul/gemm", "gelu": "gelu", "scale": "scale", "binary": "binary", "pool": "pool",
+                     "concat": "concat", "elementwise": "elementwise", "softmax": "softmax"}
+    assert set(kinds.values()) <= set(KINDS)  # the speed fallback tries every kind in a stated order
+    assert {p.name for p in P.PATTERNS if p.contraction} == {"conv", "conv_transpose", "matmul", "gemm"}
+
+
+def test_elementwise_pattern_anchors_every_function_of_the_op_table():
+    assert set(BY_NAME["elementwise"].anchors) == set(ops.op_types(lambda f: f.function is not None))
 
 
 # --------------------------------------------------------------------------- scale (type change) and fused activations

@@ -581,6 +581,19 @@ def test_lookup_table(op):
     compare_fq_to_int(m, {"x": every}, ops=["qnnx.lut"], gone=[op], lsb=1)
 
 
+@pytest.mark.parametrize("between", ["Transpose", "DepthToSpace"])
+def test_lookup_table_takes_the_type_of_a_quantize_after_a_permutation(between):
+    # Sigmoid -> (a value-permuting op: qnnx.ops.permutes_values) -> quantize: the quantize saw exactly the
+    # Sigmoid's values, so its type is the table's output type and the permutation runs on the integers.
+    g = QDQ()
+    x = g.dequantize(g.input("x", U8, (1, 8, 2, 2)), 0.05, U8(128))
+    s = g.node("Sigmoid", [x], name="sigmoid")
+    attrs = {"perm": [0, 2, 3, 1]} if between == "Transpose" else {"blocksize": 2}
+    m = g.model(g.quantize(g.node(between, [s], **attrs), 1 / 256, U8(0)))
+    every = np.arange(256).astype(U8)[:32].reshape(1, 8, 2, 2)
+    compare_fq_to_int(m, {"x": every}, ops=["qnnx.lut", between], gone=["Sigmoid"], lsb=1)
+
+
 def test_lookup_table_negative_output_also_float(rng):
     # The Sigmoid's output is quantized but is also a graph output in float: it must stay.
     g = QDQ()

@@ -34,8 +34,9 @@ import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
 from qnnx import runtime
-from qnnx.autoquant.bias_correction import bias_dequantize, fold_into_bias
-from qnnx.autoquant.progress import ProgressLine
+from qnnx.autoquant.refinements.bias_correction import bias_dequantize, fold_into_bias
+from qnnx.autoquant.refinements.base import Refinement
+from qnnx.autoquant.refinements.progress import ProgressLine
 from qnnx.ir import const_array
 
 DAMPING = 0.01  # of the mean diagonal, added to H before inverting (GPTQ's default)
@@ -376,3 +377,35 @@ def _h_times(h: np.ndarray, e: np.ndarray) -> np.ndarray:
 def _output_error(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray) -> np.ndarray:
     e = q * scale[:, None] - w
     return (e * _h_times(_per_row(h), e)).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class WeightRoundingRecord:
+    """One :class:`RoundingRecord` per depthwise or ungrouped conv."""
+
+    layers: list[RoundingRecord]
+
+    def lines(self) -> list[str]:
+        rounded = [r for r in self.layers if not r.reason]
+        if not rounded:
+            return []
+        gains, left = [r.gain_db for r in rounded], len(self.layers) - len(rounded)
+        depthwise = sum(r.depthwise for r in rounded)
+        return [f"weights: {len(rounded)} conv(s) ({depthwise} depthwise) rounded for their output error, "
+                f"weight-induced output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
+                + (f"; {left} left at nearest rounding" if left else "")]
+
+
+class WeightRounding(Refinement):
+    """``config.refinements.weight_rounding == "gptq"``: conv weights rounded for the conv's output error."""
+
+    name = "weight_rounding"
+    edits_qdq = True
+
+    def enabled(self, config) -> bool:
+        return config.refinements.weight_rounding == "gptq"
+
+    def apply(self, state):
+        records = round_conv_weights(state.float_model, state.qdq, list(state.samples),
+                                     progress=state.config.progress)
+        return state, WeightRoundingRecord(records)

@@ -1,4 +1,4 @@
-"""Image-directory calibration (qnnx.autoquant.images): every preprocessing step on tiny generated
+"""Image-directory calibration (qnnx.data.images): every preprocessing step on tiny generated
 images with exact expected values (nearest resampling and scales that are exact in binary, so
 "equal" means bit-identical float32), and one clear error line per problem."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight
+from data_models import add, conv_sigmoid
 from PIL import Image
 
 import qnnx
 from qnnx import QnnxError, QuantConfig
-from qnnx.autoquant.data import input_specs, iter_samples
-from qnnx.autoquant.images import PRESETS, ImageFolder, ImagePreprocess, describe
+from qnnx.data import input_specs, iter_samples
+from qnnx.data.images import PRESETS, ImageFolder, ImagePreprocess, describe
 
 RNG = np.random.default_rng(5)
 
@@ -38,11 +38,7 @@ def _chw(hwc) -> np.ndarray:
 
 
 def _model(dims=(1, 3, 4, 4)):
-    g = Graph()
-    c = g.node("Conv", [g.input("x", list(dims)), g.const(conv_weight(RNG, 2, dims[1]), "w")], name="conv",
-               pads=[1, 1, 1, 1])
-    g.node("Sigmoid", [c], name="sig", out="y")
-    return g.model("y")
+    return conv_sigmoid(RNG, dims)
 
 
 def _specs(model):
@@ -200,7 +196,11 @@ def test_presets():
     yolo = ImagePreprocess.preset("yolo", layout="nhwc")
     assert (yolo.size, yolo.resize, yolo.pad_value, yolo.layout) == ((640, 640), "letterbox", 114.0, "nhwc")
     assert set(PRESETS) == {"imagenet", "yolo"}
-    assert describe(yolo).startswith("letterbox 640x640, pad 114, x0.00392157")
+    assert describe(yolo) == "letterbox 640x640, pad 114, /255, nhwc"
+    assert describe(PRESETS["imagenet"]) == \
+        "crop 224x224, crop_pct 0.875, /255, mean 0.485,0.456,0.406, std 0.229,0.224,0.225"
+    assert describe(ImagePreprocess(scale=0.3, channel_order="bgr", layout="nhwc", grayscale=True, mean=3)) == \
+        "no resize, x0.3, mean 3, bgr, nhwc, grayscale"  # only the steps that do something
 
 
 def test_imagenet_preset_on_an_image(tmp_path):
@@ -298,9 +298,7 @@ def test_shape_mismatch_names_the_file_and_says_what_to_change(tmp_path):
 
 def test_two_input_model_is_refused(tmp_path):
     _png(tmp_path / "a.png")
-    g = Graph()
-    g.node("Add", [g.input("a", [1, 3, 2, 3]), g.input("b", [1, 3, 2, 3])], name="add", out="y")
-    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path), _specs(g.model("y")))))
+    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path), _specs(add((1, 3, 2, 3))))))
     assert "images feed a single-input model; this one has inputs a, b" in msg and str(tmp_path) in msg
 
 

@@ -16,7 +16,7 @@ Whole kinds, not nodes: a trial per node would cost minutes, and ORT fuses neigh
 node's cost depends on whether the nodes around it are integer.
 
 Timing is a ``Timer``: ``timer(models, feed, repeats)`` -> median ms of each model, timed
-interleaved so a noisy machine hits every variant alike (``ort_timer``: ONNX Runtime CPU, one
+interleaved so a noisy machine hits every variant alike (the target's ``timer``: ONNX Runtime CPU, one
 thread). Repeats are chosen so that one timing takes about ``SECONDS_PER_TIMING`` per model, so the
 total cost is roughly (2 + 2 x kinds) timings whatever the model's latency, bounded by
 ``BUDGET_S`` and ``MAX_TIMINGS``.
@@ -24,18 +24,20 @@ total cost is roughly (2 + 2 x kinds) timings whatever the model's latency, boun
 
 from __future__ import annotations
 
-import os
+import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx_ir as ir
 
-from qnnx.autoquant.config import SpeedReport, SpeedTrial
-from qnnx.autoquant.patterns import PatternMatch
+from qnnx.autoquant.patterns import PatternMatch, pattern_named
+from qnnx.autoquant.plan import Plan, plan
+from qnnx.autoquant.qdq import realize_qdq
+from qnnx.autoquant.refinements.base import Refinement
+from qnnx.targets import target
 from qnnx.ir import const_array
 
 Timer = Callable[[Sequence[ir.Model], dict, int], list[float]]
@@ -60,9 +62,10 @@ AUTO_MIN_FLOAT_MS = 0.5
 
 
 def match_kind(m: PatternMatch) -> str:
-    """The kind a match is excluded with: conv split by shape (depthwise = group > 1, pointwise = 1x1),
-    matmul and gemm together, the other patterns by name."""
-    if m.pattern == "conv":
+    """The kind a match is excluded with: its pattern's ``kind`` (matmul and gemm together), a conv's
+    split by shape (depthwise = group > 1, pointwise = 1x1)."""
+    kind = pattern_named(m.pattern).kind
+    if kind == "conv":
         node = m.nodes[0]
         group = node.attributes["group"].value if "group" in node.attributes else 1
         if group > 1:
@@ -71,23 +74,48 @@ def match_kind(m: PatternMatch) -> str:
         if w is not None and w.ndim > 2 and all(k == 1 for k in w.shape[2:]):
             return "pointwise conv"
         return "conv"
-    return {"conv_transpose": "conv transpose", "matmul": "matmul/gemm", "gemm": "matmul/gemm"}.get(m.pattern,
-                                                                                                       m.pattern)
+    return kind
 
 
-def ort_timer(models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
-    """Median ms per run of each model on ONNX Runtime (CPU, one thread), timed interleaved, each as
-    it would be written (:func:`qnnx.autoquant.qdq.for_onnx_runtime`)."""
-    from qnnx.analysis.latency import median_latency_ms
-    from qnnx.autoquant.qdq import for_onnx_runtime
-    from qnnx.ir import save_model
+@dataclass(frozen=True)
+class SpeedTrial:
+    """One kind of pattern tried in float: the best model so far vs the same with every match of ``kind``
+    float too (median ms, interleaved), and whether that stayed."""
 
-    with tempfile.TemporaryDirectory(prefix="qnnx_speed_") as tmp:
-        paths = [os.path.join(tmp, f"variant{i}.onnx") for i in range(len(models))]
-        for model, path in zip(models, paths):
-            save_model(for_onnx_runtime(model)[0], path)
-        ms = median_latency_ms(paths, feed=feed, threads=1, repeats=repeats)
-    return [ms[p] for p in paths]
+    kind: str
+    matches: int
+    before_ms: float
+    after_ms: float
+    left_float: bool
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    """What the speed fallback measured on the target (median ms per run, one thread)."""
+
+    float_ms: float
+    int8_ms: float  # every pattern int8
+    trials: list[SpeedTrial]
+    final_float_ms: float  # the last timing: float vs the chosen int8 variant
+    final_ms: float
+    whole_model_float: bool
+    timings: int
+    seconds: float
+    skipped: str = ""  # speed_fallback="auto" stopped early: why (no kind was tried)
+
+    def lines(self) -> list[str]:
+        if self.skipped and math.isnan(self.int8_ms):  # stopped before timing int8
+            return [f"speed (1 thread): float {self.float_ms:.3f} ms; {self.skipped}"]
+        out = [f"speed (1 thread): float {self.float_ms:.3f} ms, all int8 {self.int8_ms:.3f} ms "
+               f"({self.float_ms / self.int8_ms:.2f}x)"]
+        if self.skipped:
+            return out + [f"  {self.skipped}"]
+        out += [f"  {t.kind} ({t.matches}) float: {t.before_ms:.3f} -> {t.after_ms:.3f} ms, "
+                f"{'left float' if t.left_float else 'stays int8'}" for t in self.trials]
+        chosen = "whole model kept float" if self.whole_model_float else "int8"
+        out.append(f"  {chosen}: float {self.final_float_ms:.3f} ms vs best int8 {self.final_ms:.3f} ms "
+                   f"({self.final_float_ms / self.final_ms:.2f}x); {self.timings} timings in {self.seconds:.1f}s")
+        return out
 
 
 @dataclass
@@ -102,12 +130,11 @@ class SpeedChoice:
 
 
 def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable[[list[PatternMatch]], ir.Model],
-           feed: dict, *, timer: Timer | None = None, progress: bool = False, qdq: ir.Model | None = None,
+           feed: dict, *, timer: Timer, progress: bool = False, qdq: ir.Model | None = None,
            budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS, auto: bool = False) -> SpeedChoice:
     """Greedy search over kinds of matches to leave float (module docstring). ``realize(keep)``
     builds the QDQ model of a subset of ``matches``; ``qdq`` is the all-int8 model when already built.
     ``auto``: stop early where the search cannot pay (:data:`AUTO_INT8_SPEEDUP`, :data:`AUTO_MIN_FLOAT_MS`)."""
-    timer = timer or ort_timer
     started = time.perf_counter()
     say = (lambda msg: print(f"speed: {msg}", file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     timings = 0
@@ -203,3 +230,52 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
     if whole_float:
         return SpeedChoice(None, float_model, reasons, report)
     return SpeedChoice([m for i, m in enumerate(matches) if i not in excluded], best, reasons, report)
+
+
+class SpeedFallback(Refinement):
+    """``config.refinements.speed_fallback`` "on" / "auto": kinds of matches measured slower in int8 than
+    in float on the target go back to float, and their decisions say so. The nodes made float join
+    ``keep_float``, so every format agrees with the report. Timing-dependent: off by default."""
+
+    name = "speed_fallback"
+    reads = ("float_model", "plan", "qparams", "qdq", "exclusions", "samples", "config")
+    writes = ("plan", "qdq", "keep_float", "exclusions")
+
+    def enabled(self, config) -> bool:
+        return config.refinements.speed_fallback != "off"
+
+    def apply(self, state):
+        config, the_plan = state.config, state.plan
+
+        def activations(m: PatternMatch) -> tuple:
+            return m.pattern, tuple(t.value.name for t in m.inputs if t.role == "activation")
+
+        def without(keep: list[PatternMatch]) -> Plan:
+            # Re-planned as if the user had excluded the other matches' nodes: their outputs then get no
+            # quantize, so a runtime cannot fuse them into integer kernels between their neighbours' Q/DQ.
+            # A pattern reading such an output would get a float input: it computes in float on the runtime
+            # anyway, so it goes too. The calibrated qparams stay: every value quantized now was quantized
+            # before, with the same group.
+            kept = {m.nodes[0].name: activations(m) for m in keep}
+            floats = [n.name for m in the_plan.matches if m.nodes[0].name not in kept for n in m.nodes]
+            replanned = plan(state.float_model, config, state.exclusions.with_nodes(floats))
+            return the_plan.keeping([m for m in replanned.matches if kept.get(m.nodes[0].name) == activations(m)])
+
+        def realize(keep: list[PatternMatch]) -> ir.Model:
+            return realize_qdq(state.float_model, without(keep), state.qparams, config)
+
+        choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
+                        timer=target(config.target).timer, progress=config.progress, qdq=state.qdq,
+                        auto=config.refinements.speed_fallback == "auto")
+        if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
+            return None, choice.report  # every match stays int8
+        reasons = dict(choice.reasons)
+        if choice.keep is not None:
+            final = {m.nodes[0].name for m in without(choice.keep).matches}
+            for i, m in enumerate(the_plan.matches):
+                if i not in reasons and m.nodes[0].name not in final:
+                    reasons[i] = "speed: reads a node left float for speed, so it computes in float too"
+        floats = {n.name for i in reasons for n in the_plan.matches[i].nodes}
+        return replace(state, plan=the_plan.mark_float(reasons), qdq=choice.model,
+                       keep_float=state.keep_float | floats,
+                       exclusions=state.exclusions.with_nodes(floats)), choice.report

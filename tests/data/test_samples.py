@@ -1,4 +1,4 @@
-"""Calibration samples (qnnx.autoquant.data): directories of .npy/.npz, iterables of arrays or
+"""Calibration samples (qnnx.data.samples) as the pipeline reads them today (iter_samples): directories of .npy/.npz, iterables of arrays or
 feed dicts, validated one sample at a time against the model inputs, with one clear error line
 per problem (the checks below assert the message substrings users rely on)."""
 
@@ -9,28 +9,21 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight
+from data_models import add_tanh, conv_sigmoid, embedding
 
 import qnnx
 from qnnx import QnnxError, QuantConfig
-from qnnx.autoquant.data import InputSpec, input_specs, iter_samples
+from qnnx.data import InputSpec, input_specs, iter_samples
 
 RNG = np.random.default_rng(3)
 
 
 def _one_input_model(dims=(1, 3, 4, 4)):
-    g = Graph()
-    c = g.node("Conv", [g.input("x", list(dims)), g.const(conv_weight(RNG, 2, 3), "w")], name="conv",
-               pads=[1, 1, 1, 1])
-    g.node("Sigmoid", [c], name="sig", out="y")
-    return g.model("y")
+    return conv_sigmoid(RNG, dims)
 
 
 def _two_input_model():
-    g = Graph()
-    s = g.node("Add", [g.input("a", [1, 4]), g.input("b", ["N", 4])], name="add")
-    g.node("Tanh", [s], name="tanh", out="y")
-    return g.model("y")
+    return add_tanh()
 
 
 def _specs(model):
@@ -179,12 +172,7 @@ def test_integer_dtype(dtype):
 
 
 def _token_model():
-    """int64 token ids -> embedding rows (Gather) -> Tanh: the input is an index, not a float."""
-    g = Graph()
-    e = g.node("Gather", [g.const(RNG.standard_normal((10, 4)).astype(np.float32), "table"),
-                          g.input("ids", [1, "S"], np.int64)], name="embed")
-    g.node("Tanh", [e], name="tanh", out="y")
-    return g.model("y")
+    return embedding(RNG)
 
 
 TOKENS = _specs(_token_model())
@@ -204,9 +192,7 @@ def test_integer_input_refuses_non_integers(dtype):
 
 
 def test_integer_input_out_of_range():
-    g = Graph()
-    g.node("Gather", [g.const(np.ones((4, 2), np.float32)), g.input("ids", [1, 2], np.int32)], name="embed", out="y")
-    specs = _specs(g.model("y"))
+    specs = _specs(embedding(RNG, np.int32, (1, 2), rows=4))
     assert "input 'ids' has values outside int32" in _error([np.array([[0, 2**40]], np.int64)], specs)
 
 

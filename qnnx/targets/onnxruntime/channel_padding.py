@@ -32,17 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.ir import Builder, const_array
 
 # MLAS aligns depthwise groups to 16 on x86 (8 on ARM64); 16 serves both.
 GROUP_MULTIPLE = 16
 
-# Ops that compute each channel from the same channel only (and broadcast scalars / [N, 1, ...] values).
-CHANNELWISE_OPS = frozenset({
-    "Add", "Sub", "Mul", "Div", "Max", "Min", "Clip", "Relu", "LeakyRelu", "HardSigmoid", "HardSwish",
-    "Sigmoid", "Tanh", "Identity", "QuantizeLinear", "DequantizeLinear", "GlobalAveragePool",
-    "GlobalMaxPool", "MaxPool", "AveragePool",
-})
 
 
 @dataclass(frozen=True)
@@ -140,7 +135,9 @@ def _grow(seed: ir.Node, channels: int) -> _Region | str:
             else:
                 return f"{node.name}: reads the channels as weights"
             return ""
-        if node.op_type not in CHANNELWISE_OPS and not _is_depthwise(node, channels):
+        # ops that compute each channel from the same channel only (qnnx.ops.channelwise); their other
+        # operands must be broadcast scalars or [N, 1, ...] values (checked below)
+        if not ops.channelwise(node.op_type) and not _is_depthwise(node, channels):
             return f"{node.name}: {node.op_type} is not channel-wise"
         if node.domain not in ("", "ai.onnx"):
             return f"{node.name}: custom domain {node.domain}"

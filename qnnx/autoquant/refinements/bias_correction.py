@@ -31,8 +31,10 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from qnnx import numerics, runtime
-from qnnx.autoquant.progress import ProgressLine
-from qnnx.autoquant.qdq import _quantized_constant, int32_bias_scale
+from qnnx.autoquant.refinements.progress import ProgressLine
+from qnnx.autoquant.qdq import int32_bias_scale, quantized_constant
+from qnnx.autoquant.refinements.base import Refinement
+from qnnx.autoquant.stages import output_agreement, reference_outputs
 from qnnx.ir import const_array
 
 INT32 = np.iinfo(np.int32)
@@ -221,7 +223,7 @@ def _with_bias(graph: ir.Graph, node: ir.Node) -> ir.Node | None:
     zeros = np.zeros(scale.shape, np.int32)
     if len(node.inputs) < 3:
         node.resize_inputs(3)
-    _quantized_constant(graph, node, 2, zeros, scale, zeros, 0, "bias")
+    quantized_constant(graph, node, 2, zeros, scale, zeros, 0, "bias")
     return bias_dequantize(node)
 
 
@@ -391,3 +393,60 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
         say(f"stage {k + 1}/{len(groups)}")
     say.end()
     return records
+
+
+@dataclass(frozen=True)
+class BiasCorrectionRecord:
+    """What the bias correction did: the layers corrected and the check that kept or undid it."""
+
+    mode: str
+    corrections: list[CorrectionRecord]
+    check: CorrectionCheck | None
+
+    def lines(self) -> list[str]:
+        check, out = self.check, []
+        if check is not None and not check.kept:
+            out.append(f"biases: correction of {check.layers} conv(s) undone: the outputs' mean per-channel cosine "
+                       f"to float fell {check.before:.4f} -> {check.after:.4f} with it")
+        if self.corrections and (check is None or check.kept):
+            rel = sorted(c.relative for c in self.corrections)
+            n_stages = max(c.stage for c in self.corrections) + 1
+            out.append(f"biases: {len(rel)} conv(s) corrected for their mean output shift against float in {n_stages} "
+                       f"sequential stage(s) (median {100 * rel[len(rel) // 2]:.1f}%, max {100 * rel[-1]:.1f}% of "
+                       "the output's rms)" + (f"; outputs' mean per-channel cosine {check.before:.4f} -> "
+                                              f"{check.after:.4f}" if check is not None else ""))
+        return out
+
+
+class BiasCorrection(Refinement):
+    """``config.refinements.bias_correction``: "sequential" or "own"; undone when the outputs' distance
+    from float grows with it (:class:`CorrectionCheck`)."""
+
+    name = "bias_correction"
+    edits_qdq = True
+
+    def enabled(self, config) -> bool:
+        return config.refinements.bias_correction != "off"
+
+    def apply(self, state):
+        mode, samples = state.config.refinements.bias_correction, list(state.samples)
+        reference = reference_outputs(state.float_model, samples)
+        before = output_agreement(state.float_model, state.qdq, samples, reference)
+        if mode == "own":
+            corrections, changed = [], correct_biases(state.float_model, state.qdq, samples)
+        else:
+            corrections = correct_biases_sequentially(state.float_model, state.qdq, samples,
+                                                      progress=state.config.progress)
+            changed = len(corrections)
+        after = output_agreement(state.float_model, state.qdq, samples, reference)
+        if not before or not changed or len(after) != len(before):
+            # nothing to compare with (no samples, or a model ONNX Runtime cannot run), or nothing done
+            return state, BiasCorrectionRecord(mode, corrections, None)
+        check = CorrectionCheck(changed, mean_channel_cosine(before), mean_channel_cosine(after))
+        record = BiasCorrectionRecord(mode, corrections if check.kept else [], check)
+        return (state if check.kept else None), record
+
+
+def mean_channel_cosine(outputs) -> float:
+    known = [o.channel_cosine for o in outputs if np.isfinite(o.channel_cosine)]
+    return float(np.mean(known)) if known else float("nan")  # nan: not comparable, the correction stays

@@ -17,8 +17,8 @@
     layout     "nchw" or "nhwc", with a batch dimension of 1
 
 :class:`ImageFolder` lists the image files of a directory (sorted by path, so runs are
-deterministic) and is an iterable of arrays; :func:`qnnx.quantize` and ``iter_samples`` also read
-it file by file, checking each array against the model's input shape with the file's name.
+deterministic) and is an iterable of arrays; :class:`~qnnx.data.samples.CalibrationData` reads it
+file by file, checking each array against the model's input shape with the file's name.
 """
 
 from __future__ import annotations
@@ -27,14 +27,12 @@ import math
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 
+from qnnx.data.specs import InputSpec, dims, fits
 from qnnx.errors import QnnxError
-
-if TYPE_CHECKING:
-    from qnnx.autoquant.data import InputSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 RESIZE_MODES = ("stretch", "letterbox", "crop")
@@ -227,21 +225,22 @@ class ImageFolder:
             raise QnnxError(f"cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
                             where=str(file)) from None
 
-    def named_samples(self, specs: list["InputSpec"], files=None) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        """``(file, {input name: array})`` for ``files`` (default all), each checked against the
-        single input's static dims."""
+    def input_spec(self, specs: list[InputSpec]) -> InputSpec:
+        """The one input images feed (:class:`QnnxError` naming the folder for a model with several)."""
         if len(specs) != 1:
             raise QnnxError(f"images feed a single-input model; this one has inputs "
                             f"{', '.join(s.name for s in specs)}", where=str(self.path))
-        spec = specs[0]
-        for f in self.files if files is None else files:
-            a = self.load(f)
-            if spec.shape is not None and (a.ndim != len(spec.shape) or
-                                           any(d is not None and d != n for d, n in zip(spec.shape, a.shape))):
-                raise QnnxError(f"image gives input {'x'.join(map(str, a.shape))} but model input {spec.name!r} "
-                                f"expects {_dims(spec.shape)}{_hint(a.shape, spec.shape, self.preprocess)}",
-                                where=str(f))
-            yield str(f), {spec.name: a}
+        return specs[0]
+
+    def feed(self, file, spec: InputSpec) -> dict[str, np.ndarray]:
+        """``{input name: array}`` of one file, checked against the input's static dims (with a hint at
+        the preprocessing step to change when the mismatch says which)."""
+        a = self.load(file)
+        if not fits(a.shape, spec):
+            raise QnnxError(f"image gives input {'x'.join(map(str, a.shape))} but model input {spec.name!r} "
+                            f"expects {dims(spec.shape)}{_hint(a.shape, spec.shape, self.preprocess)}",
+                            where=str(file))
+        return {spec.name: a}
 
 
 def image_files(directory: Path, *, recursive: bool = False) -> tuple[Path, ...]:
@@ -255,10 +254,6 @@ def image_files(directory: Path, *, recursive: bool = False) -> tuple[Path, ...]
     if not files:
         raise QnnxError(f"no image files ({' '.join(IMAGE_SUFFIXES)}) in the directory", where=str(directory))
     return tuple(files)
-
-
-def _dims(shape) -> str:
-    return "x".join("?" if d is None else str(d) for d in shape)
 
 
 def _hint(got: tuple[int, ...], want: tuple, p: ImagePreprocess) -> str:
@@ -283,16 +278,21 @@ def _hint(got: tuple[int, ...], want: tuple, p: ImagePreprocess) -> str:
 
 
 def describe(p: ImagePreprocess) -> str:
-    """One line for logs: the steps that do something."""
+    """One line for logs and reports: the steps that do something ("letterbox 640x640, pad 114, /255")."""
     parts = [f"{p.resize} {p.size[0]}x{p.size[1]}" if p.size else "no resize"]
     if p.resize == "letterbox":
         parts.append(f"pad {p.pad_value:g}")
     if p.resize == "crop" and p.crop_pct != 1:
         parts.append(f"crop_pct {p.crop_pct:g}")
-    parts += [f"x{p.scale:.6g}", f"mean {', '.join(f'{m:g}' for m in p.mean)}",
-              f"std {', '.join(f'{s:g}' for s in p.std)}", p.channel_order, p.layout, p.dtype]
-    if p.grayscale:
-        parts.append("grayscale")
+    inverse = 1 / p.scale
+    if p.scale != 1:
+        parts.append(f"/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-9 * inverse else f"x{p.scale:.6g}")
+    if any(p.mean):
+        parts.append(f"mean {','.join(f'{m:g}' for m in p.mean)}")
+    if any(s != 1 for s in p.std):
+        parts.append(f"std {','.join(f'{s:g}' for s in p.std)}")
+    parts += [x for x in (p.channel_order != "rgb" and p.channel_order, p.layout != "nchw" and p.layout,
+                          p.dtype != "float32" and p.dtype, p.grayscale and "grayscale") if x]
     return ", ".join(parts)
 
 

@@ -1,0 +1,260 @@
+"""Planning: which nodes are quantized, by which pattern, and which values share qparams.
+
+    plan(float model, config) -> Plan           pure: the model is not changed
+
+Every node gets a :class:`~qnnx.autoquant.report.Decision` (quantized by a pattern, or float and
+why). Values that only move data (``qnnx.ops.shares_qparams``: Reshape, Transpose, MaxPool, ...) share the qparams
+of the value they come from, so the integer model needs no requantize around them. After
+calibration, :func:`activation_qparams` derives every activation's qparams from the observed roots,
+and :func:`checked` drops the matches whose pattern rejects them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from qnnx import ops
+from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.float_inputs import keep_inputs_float
+from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, pattern_named, patterns_for
+from qnnx.autoquant.report import Decision
+from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
+from qnnx.errors import QnnxError
+
+@dataclass
+class Plan:
+    matches: list[PatternMatch]
+    groups: dict[ir.Value, ir.Value]  # activation value -> the root value whose qparams it shares
+    decisions: list[Decision] = field(default_factory=list)
+
+    def observed_roots(self) -> set[ir.Value]:
+        """The roots calibration observes: a root whose qparams follow from the plan alone (a fixed
+        range, an output scaled from its input) is one too when a pattern reads it as an input, but an
+        observer there would be overridden (:func:`activation_qparams`)."""
+        return set(self.groups.values()) - known_outputs(self.matches)
+
+    def keeping(self, matches: list[PatternMatch]) -> "Plan":
+        """The same plan (and decisions) with only ``matches``, its share groups recomputed."""
+        return Plan(matches, share_groups(matches), self.decisions)
+
+    def mark_float(self, reasons: dict[int, str]) -> "Plan":
+        """Each ``matches[i]`` in ``reasons`` returned to float, its decision saying why."""
+        by_anchor = {d.node: d for d in self.decisions}
+        for i, why in reasons.items():
+            d = by_anchor.get(node_label(self.matches[i].nodes[0]))
+            if d is not None:
+                d.quantized, d.reason = False, why
+        return self.keeping([m for i, m in enumerate(self.matches) if i not in reasons])
+
+
+def node_label(node: ir.Node) -> str:
+    """The name reports use for a node (and ``exclude_nodes`` accepts)."""
+    return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
+
+
+class Exclusions:
+    """What the user keeps float: node names or glob patterns (``fnmatch``, case-sensitive) and op types.
+    ``renames``: prepare's map from a user's node name to the node that now computes it;
+    ``source_op_types``: op types of the model as the user gave it (prepare may have rewritten some).
+    A name, pattern or op type that matches nothing is an error naming the closest candidates."""
+
+    def __init__(self, model: ir.Model, config: QuantConfig, renames: dict[str, str] | None = None,
+                 source_op_types: frozenset[str] = frozenset()):
+        renames = renames or {}
+        names = [n.name for n in model.graph]
+        op_types = sorted({n.op_type for n in model.graph} | set(source_op_types))
+        self.op_types = frozenset(config.exclude_op_types)
+        self.nodes: set[str] = set()
+        for pattern in config.exclude_nodes:
+            hits = fnmatch.filter(names, pattern) + [renames[k] for k in fnmatch.filter(renames, pattern)]
+            if not hits:
+                close = difflib.get_close_matches(pattern, names + list(renames), n=3)
+                raise QnnxError(f"--exclude-node {pattern!r} matches no node of the model"
+                                + (f"; did you mean {', '.join(map(repr, close))}?" if close else
+                                   " (names are as `qnnx inspect` and the quantize report print them; "
+                                   "glob patterns such as '/blocks.0/*' are accepted)"))
+            self.nodes.update(hits)
+        for op in config.exclude_op_types:
+            if op not in op_types:
+                close = [o for o in op_types if o.lower() == op.lower()] or difflib.get_close_matches(op, op_types, n=3)
+                raise QnnxError(f"--exclude-op {op!r}: no node of that op type in the model"
+                                + (f"; did you mean {', '.join(map(repr, close))}?" if close else ""))
+
+    def __contains__(self, node: ir.Node) -> bool:
+        return node.name in self.nodes or node.op_type in self.op_types
+
+    def with_nodes(self, names) -> "Exclusions":
+        other = object.__new__(Exclusions)
+        other.op_types, other.nodes = self.op_types, self.nodes | set(names)
+        return other
+
+
+def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = None) -> Plan:
+    """Offer every node to the patterns anchored on its op type, in priority order; the first match
+    that does not overlap an earlier one claims its nodes."""
+    excluded = exclusions if exclusions is not None else Exclusions(model, config)
+    matches, decisions = [], []
+    claimed: set[ir.Node] = set()
+    for node in model.graph:
+        if node in claimed:
+            continue
+        candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
+        if not candidates:
+            if not ops.quiet(node):
+                decisions.append(Decision(node_label(node), node.op_type, False, "no quantization pattern for this op"))
+            continue
+        name = node_label(node)
+        if node in excluded:
+            decisions.append(Decision(name, node.op_type, False, "excluded by the user"))
+            continue
+        reasons = []
+        for pattern in candidates:
+            m = pattern.match(node)
+            if isinstance(m, MatchFail):
+                reasons.append(f"{pattern.name}: {m.reason}")
+                continue
+            if any(n in claimed for n in m.nodes):
+                reasons.append(f"{pattern.name}: overlaps another pattern")
+                continue
+            cut = [n for n in m.nodes[1:] if n in excluded]
+            if cut:  # an excluded activation is not fused: the pattern ends before it
+                m = PatternMatch(m.pattern, m.nodes[:1], m.inputs, (Target(m.nodes[0].outputs[0], "activation"),),
+                                 m.bias)
+                decisions += [Decision(node_label(n), n.op_type, False, "excluded by the user") for n in cut]
+            # An excluded node computes in float: its outputs get no quantize (a quantize after it would let
+            # a runtime fuse it into an integer kernel anyway), so patterns reading it keep that input float.
+            kept_inputs = tuple(t for t in m.inputs if not _from_excluded(t.value, excluded))
+            reads_float = len(kept_inputs) != len(m.inputs)
+            if reads_float:
+                m = PatternMatch(m.pattern, m.nodes, kept_inputs, m.outputs, m.bias)
+            kept = {t.value for t in kept_inputs}
+            if any(t.scaled_from is not None and t.scaled_from[0] not in kept for t in m.outputs):
+                reasons.append(f"{m.pattern}: its input comes from a float (excluded) node, nothing to rescale")
+                continue
+            if pattern.inputs_share_output_qparams and reads_float:
+                # The float input would be quantized by the output's shared scale with its own range
+                # never observed, so the range check (ConcatPattern.check) could not protect it.
+                reasons.append(f"{m.pattern}: an input comes from a float (excluded) node; one shared scale "
+                               "could crush it unseen")
+                continue
+            claimed.update(m.nodes)
+            matches.append(m)
+            decisions.append(Decision(name, node.op_type, True, f"pattern {m.pattern}", m.pattern))
+            break
+        else:
+            decisions.append(Decision(name, node.op_type, False, "; ".join(reasons)))
+    matches = keep_inputs_float(model.graph, matches, decisions)
+    return Plan(matches, share_groups(matches), decisions)
+
+
+def permutation_of(v: ir.Value, root: ir.Value) -> bool:
+    """``v`` comes from ``root`` through value-permuting ops only."""
+    while v is not root:
+        p = v.producer()
+        if p is None or not ops.permutes_values(p):
+            return False
+        v = p.inputs[0]
+    return True
+
+
+def _from_excluded(v: ir.Value, excluded: Exclusions) -> bool:
+    p = v.producer()
+    return p is not None and p in excluded
+
+
+def known_outputs(matches: list[PatternMatch]) -> set[ir.Value]:
+    """Outputs whose qparams are known without observation (softmax's [0, 1], a scaled input's)."""
+    return {t.value for m in matches for t in m.outputs if t.fixed_range is not None or t.scaled_from is not None}
+
+
+def share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
+    """Map each quantized activation to the value whose qparams it reuses (itself, or the source of
+    a data-movement chain that is itself quantized)."""
+    targets = {t.value for m in matches for t in (*m.inputs, *m.outputs) if t.role == "activation"
+               and t.fixed_range is None and t.scaled_from is None}
+    fixed = known_outputs(matches)
+    groups = {}
+    for v in targets:
+        root, cur = v, v
+        for _ in range(32):
+            p = cur.producer()
+            # (nearest Resize too: ORT then runs it on uint8; with a requantize around it, it dequantized
+            # and resized in float)
+            if p is None or not ops.shares_qparams(p) or not p.inputs or p.inputs[0] is None:
+                break
+            cur = p.inputs[0]
+            if cur in targets or cur in fixed:
+                root = cur
+        groups[v] = root
+    return groups
+
+
+# --------------------------------------------------------------------------- qparams from the plan
+
+
+def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QParams:
+    axis = axis if config.per_channel else None
+    obs = make_observer(ObserverConfig(method="minmax", dtype=config.weight_dtype, symmetric=True, axis=axis))
+    obs.observe(np.asarray(w, np.float32))
+    return obs.compute_qparams()
+
+
+def fixed_qparams(t: Target, config: QuantConfig) -> QParams:
+    lo, hi = t.fixed_range
+    # A symmetric activation type (a target that needs zero point 0 / 128) applies here too.
+    return qparams_from_range(lo, hi, config.activation_dtype, symmetric=config.activation_symmetric)
+
+
+def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) -> dict[str, QParams]:
+    """QParams of every quantized activation by value name: observed roots, fixed ranges, and outputs
+    scaled from their input (in plan order, so a scaled value may itself be the source of another)."""
+    roots = dict(root_qparams)  # sequential calibration: the roots chosen so far (the others are left out)
+    for m in the_plan.matches:
+        for t in m.outputs:
+            if t.fixed_range is not None:
+                roots[t.value] = fixed_qparams(t, config)
+            elif t.scaled_from is not None:
+                source, factor = t.scaled_from
+                qp = roots.get(the_plan.groups.get(source, source))
+                if qp is not None:
+                    roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
+                                             qp.dtype, qp.axis)
+    out = {v.name: roots[r] for v, r in the_plan.groups.items() if r in roots}
+    out.update({t.value.name: roots[t.value] for m in the_plan.matches for t in m.outputs
+                if (t.fixed_range is not None or t.scaled_from is not None) and t.value in roots})
+    return out
+
+
+def checked(the_plan: Plan, act_qparams: dict[str, QParams]) -> tuple[Plan, dict[str, QParams]]:
+    """The plan without the matches whose pattern rejects the calibrated qparams (recorded as float,
+    with why), and the qparams with :func:`concat_inputs_take_output_qparams` applied."""
+    reasons = {}
+    for i, m in enumerate(the_plan.matches):
+        fail = pattern_named(m.pattern).check(m, act_qparams)
+        if fail is not None:
+            reasons[i] = f"{m.pattern}: {fail.reason}"
+    if reasons:
+        the_plan = the_plan.mark_float(reasons)
+    return the_plan, concat_inputs_take_output_qparams(the_plan, act_qparams)
+
+
+def concat_inputs_take_output_qparams(the_plan: Plan, act_qparams: dict[str, QParams]) -> dict[str, QParams]:
+    """A Concat input that feeds only the Concat (and is its own qparams root) is quantized with the
+    Concat output's qparams: the output range covers it, so it is never clipped where calibration
+    happened not to reach, and the runtime's concat needs no requantization. Returns a new dict."""
+    out = dict(act_qparams)
+    for m in reversed(the_plan.matches):
+        if not pattern_named(m.pattern).inputs_share_output_qparams:
+            continue
+        qp = out.get(m.outputs[0].value.name)
+        for t in m.inputs:
+            v = t.value
+            if (t.role == "activation" and qp is not None and len(v.uses()) == 1 and not v.is_graph_output()
+                    and the_plan.groups.get(v, v) is v and v.name in out):
+                out[v.name] = qp
+    return out

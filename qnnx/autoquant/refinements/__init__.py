@@ -1,0 +1,1 @@
+"""Refinements: optional steps after realization, each ``state -> (state, record)`` (base.py)."""

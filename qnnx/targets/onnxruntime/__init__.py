@@ -1,0 +1,78 @@
+"""ONNX Runtime (CPU) as a deployment target.
+
+    export   each quantized depthwise conv's channels padded to ORT's fast kernel (channel_padding.py)
+    check    ORT's level-2 optimizer run once on the exported model: quantized conv/matmul groups it
+             would leave float (fusion_check.py)
+    timer    median latency on one thread, models timed interleaved (latency.py)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from qnnx.ir import save_model
+from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwise_channels
+from qnnx.targets.onnxruntime.fusion_check import unfused
+from qnnx.targets.onnxruntime.latency import median_latency_ms
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeRecord:
+    """What :meth:`OnnxRuntimeTarget.check` found: the channel padding the written model carries, and
+    the quantized groups ORT's optimizer leaves float (of ``fusable``)."""
+
+    padding: list[PaddingRecord] = field(default_factory=list)
+    unfused: list[str] = field(default_factory=list)
+    fusable: int = 0
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.unfused:
+            out.append(f"WARNING: ONNX Runtime (CPU) would run {len(self.unfused)} of {self.fusable} quantized "
+                       "conv/matmul group(s) in float, not as integer kernels: " + ", ".join(self.unfused[:8])
+                       + (" ..." if len(self.unfused) > 8 else ""))
+        padded = [p for p in self.padding if p.padded]
+        if padded:
+            out.append(f"written for ONNX Runtime: {len(padded)} depthwise conv(s) padded to its fast kernel's "
+                       "channel multiple (same output): " + ", ".join(f"{p.node} {p.channels}->{p.padded}"
+                                                                        for p in padded[:8])
+                       + (" ..." if len(padded) > 8 else ""))
+        for p in [p for p in self.padding if not p.padded][:5]:
+            out.append(f"  depthwise conv {p.node} ({p.channels} channels) not padded: {p.reason}")
+        return out
+
+
+class OnnxRuntimeTarget:
+    name = "onnxruntime"
+
+    def export(self, qdq: ir.Model) -> ir.Model:
+        """A copy of ``qdq`` shaped for ORT's kernels (same output bits)."""
+        return self._exported(qdq)[0]
+
+    def check(self, qdq: ir.Model) -> OnnxRuntimeRecord:
+        model, padding = self._exported(qdq)
+        missed, fusable = unfused(model)
+        return OnnxRuntimeRecord(padding, missed, fusable)
+
+    def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
+        """Median ms per run of each model (CPU, one thread), timed interleaved, each as exported."""
+        with tempfile.TemporaryDirectory(prefix="qnnx_speed_") as tmp:
+            paths = [os.path.join(tmp, f"variant{i}.onnx") for i in range(len(models))]
+            for model, path in zip(models, paths):
+                save_model(self.export(model), path)
+            ms = median_latency_ms(paths, feed=feed, threads=1, repeats=repeats)
+        return [ms[p] for p in paths]
+
+    @staticmethod
+    def _exported(qdq: ir.Model) -> tuple[ir.Model, list[PaddingRecord]]:
+        copy = qdq.clone()
+        copy.producer_name = "qnnx"
+        return copy, pad_depthwise_channels(copy.graph)
+
+
+__all__ = ["OnnxRuntimeRecord", "OnnxRuntimeTarget"]
