@@ -46,11 +46,11 @@ class QParams:
     dtype_like: int | None = None  # OUT of an op without out_dtype: the dtype of this input
 
 
-def _binary() -> tuple[QParams, ...]:
+def _binary_qparams() -> tuple[QParams, ...]:
     return (QParams(1, 2, 0), QParams(4, 5, 3), QParams(6, 7, OUT))
 
 
-def _pool() -> tuple[QParams, ...]:
+def _pool_qparams() -> tuple[QParams, ...]:
     return (QParams(1, 2, 0, axis=1), QParams(3, 4, OUT, axis=1, dtype_like=0))
 
 
@@ -63,8 +63,8 @@ QPARAMS: dict[str, tuple[QParams, ...]] = {
     "conv": (QParams(2, 3, 0, axis=None), QParams(4, 5, 1, axis=0)),
     "conv_transpose": (QParams(2, 3, 0, axis=None), QParams(4, 5, 1, axis=1)),  # per-axis only with group 1
     "matmul": (QParams(1, 2, 0, axis=-2), QParams(4, 5, 3, axis=-1)),
-    "add": _binary(), "sub": _binary(), "mul": _binary(),
-    "avg_pool": _pool(), "global_avg_pool": _pool(),
+    "add": _binary_qparams(), "sub": _binary_qparams(), "mul": _binary_qparams(),
+    "avg_pool": _pool_qparams(), "global_avg_pool": _pool_qparams(),
     "softmax": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=None)),
     "variance": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=None)),
     "layer_norm": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=-1), QParams(8, 9, 7, axis=None)),
@@ -86,7 +86,8 @@ OPERAND_TYPES: dict[str, dict[int, tuple[str, ...]]] = {
 }
 
 
-_BROADCASTING = ("add", "sub", "mul", "concat")  # output shape not that of input 0
+_BINARY = ("add", "sub", "mul")  # per-axis qparams of a, b and y all run along the broadcast output's axis
+_BROADCASTING = (*_BINARY, "concat")  # output shape not that of input 0
 
 
 def _input(node: ir.Node, i: int) -> ir.Value | None:
@@ -162,8 +163,8 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
         elif not integral:
             numerics.check_zero_point(zp, int_type("int32"), z_name)  # integral values at least
     label = "the output" if qp.tensor == OUT else _name(schema, qp.tensor)
-    if node.op_type in _BROADCASTING[:3]:
-        tensor, label = node.outputs[0], "the output"  # a and b's per-axis qparams run along the output's axes
+    if node.op_type in _BINARY:
+        tensor, label = node.outputs[0], "the output"
     elif qp.tensor == OUT and node.outputs[0].shape is None and node.op_type not in _BROADCASTING:
         tensor, label = _input(node, 0), _name(schema, 0)  # same rank and same size along the qparams' axis
     shape = _shape(tensor)
@@ -203,9 +204,9 @@ def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict)
         raise QnnxError(f"{s_name} has shape {sizes[0]} but {z_name} has shape {sizes[1]}")
 
 
-def check_graph(graph: ir.Graph, *, only=None) -> None:
-    """:func:`check_node` on every qnnx node of ``graph`` (or of ``only``), errors located at the node."""
-    for node in (graph if only is None else only):
+def check_graph(graph: ir.Graph) -> None:
+    """:func:`check_node` on every qnnx node of ``graph``, errors located at the node."""
+    for node in graph:
         if node.domain != DOMAIN:
             continue
         try:
