@@ -95,8 +95,8 @@ def check_scale(scale, name: str = "scale") -> np.ndarray:
     if tiny.any():
         idx = np.argwhere(tiny)[0]
         where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
-        raise QnnxError(f"{name} must be at least {np.finfo(np.float32).tiny:.4g} (a normal float32), got the "
-                        f"denormal {s[tuple(idx)]!r}{where}")
+        raise QnnxError(f"{name} must be at least {np.finfo(np.float32).tiny:.4g} (the smallest normal float32: "
+                        f"below it 1/scale overflows), got {s[tuple(idx)]!r}{where}")
     return s
 
 
