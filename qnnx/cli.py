@@ -11,10 +11,10 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from inspect import Signature, signature
 import sys
 import tempfile
 import traceback
+from inspect import Signature, signature
 from pathlib import Path
 from typing import Annotated
 
@@ -28,7 +28,7 @@ from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
                                    WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
                                    RefinementOptions)
-from qnnx.data import CalibrationData, ImagePreprocess
+from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 
 class PanelCommand(typer.core.TyperCommand):
@@ -98,11 +98,11 @@ def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _output_path(out: str, model: str | None = None, calib: str | None = None) -> Path:
+def _output_path(out: str, model: str | None = None, calib: str | None = None, val: str | None = None) -> Path:
     """Every command's ``-o``: not an input, not inside an input directory, writable (qnnx.paths)."""
     from qnnx.paths import check_output
 
-    return check_output(out, {"model": model, "calibration data": calib})
+    return check_output(out, {"model": model, "calibration data": calib, "validation data": val})
 
 
 def _version(value: bool) -> None:
@@ -198,7 +198,7 @@ def _image_preprocess(
         layout: Annotated[Layout | None, typer.Option(
             "--layout", show_default=False, rich_help_panel=_IMAGES, help="default nchw")] = None,
 ) -> ImagePreprocess | None:
-    """The image preprocessing options, defined once (:func:`image_options` adds them to a command), and
+    """The image preprocessing options, defined once (:func:`_image_options` adds them to a command), and
     the ImagePreprocess they describe, or None when none is given."""
     from qnnx.data.images import preprocess_from_options
 
@@ -211,7 +211,7 @@ def _image_preprocess(
         raise UsageError(str(e)) from None
 
 
-def image_options(command):
+def _image_options(command):
     """Give ``command`` the image preprocessing options; it receives the ImagePreprocess they describe
     (or None) as its ``images`` argument. One definition for quantize, compare and bench."""
     own = [p for p in signature(command, eval_str=True).parameters.values() if p.name != "images"]
@@ -235,7 +235,7 @@ _R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
 @app.command("quantize", cls=PanelCommand, short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why. The same inputs give a byte-identical file.'))
-@image_options
+@_image_options
 def quantize(
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
@@ -288,6 +288,22 @@ def quantize(
         sequential_passes: Annotated[int, typer.Option(
             "--sequential-passes", metavar="STAGES", min=1, max=64, rich_help_panel=_CALIBRATION,
             help="stages of --calibrator sequential")] = _C.sequential_passes,
+        validation: Annotated[str | None, typer.Option(
+            "--validation", metavar="N|FRACTION", show_default=False, rich_help_panel=_CALIBRATION,
+            help="hold out N calibration samples (or this fraction, e.g. 0.25), spread evenly, and keep the range "
+            "method and each refinement only when it lowers the error on them")] = None,
+        val: Annotated[str | None, typer.Option(
+            "--val", metavar="DIR", show_default=False, rich_help_panel=_CALIBRATION,
+            help="held-out samples of their own (as --calib; images with the same image options) instead of "
+            "--validation")] = None,
+        min_sqnr: Annotated[float | None, typer.Option(
+            "--min-sqnr", metavar="DB", show_default=False, rich_help_panel=_CALIBRATION,
+            help="accuracy target: every output's SQNR against float (held-out samples if any); the costliest "
+            "layers return to float until it is met (default: 6 dB, below which an output is far from float)")]
+        = None,
+        min_cosine: Annotated[float | None, typer.Option(
+            "--min-cosine", metavar="C", show_default=False, rich_help_panel=_CALIBRATION,
+            help="accuracy target: every output's cosine to float (default 0.9)")] = None,
         random_calibration: Annotated[bool, typer.Option(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
@@ -310,6 +326,10 @@ def quantize(
             "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
             "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
+        speed_plan: Annotated[str | None, typer.Option(
+            "--speed-plan", metavar="FILE", show_default=False, rich_help_panel=_REFINEMENTS,
+            help="replay the speed fallback's decisions from FILE without timing (reproducible); when FILE does "
+            "not exist, --speed-fallback on|auto writes its decisions there")] = None,
         consumer_weighting: Annotated[bool, typer.Option(
             "--consumer-weighting/--no-consumer-weighting", rich_help_panel=_EXPERT,
             help="histogram methods: weigh each channel of an activation read only by convs by the squared norm "
@@ -328,7 +348,6 @@ def quantize(
 ) -> None:
     from qnnx.analysis import compare_models
     from qnnx.autoquant import quantize as quantize_model
-    from qnnx.data import CalibrationData
     from qnnx.terminal import show_lines, show_quant_report
 
     if calib is None and not random_calibration:
@@ -337,13 +356,15 @@ def quantize(
         raise UsageError("--calib and --random-calibration are mutually exclusive")
     if sqnr_threshold is not None and not math.isfinite(sqnr_threshold):
         raise UsageError(f"--sqnr-threshold must be a finite number of dB, got {sqnr_threshold}")
-    out = _output_path(output, model, calib)
+    # the samples config.num_samples/seed pick, read by calibration, the summary and the report alike
+    calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
+    out = _output_path(output, model, calib, val)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
 
         if Path(report_dir).resolve() == out.resolve():
             raise QnnxError("--report and -o name the same path", where=report_dir)
-        for inp in (model, calib):
+        for inp in (model, calib, val):
             if inp is not None and Path(report_dir).resolve() in (Path(inp).resolve(), *Path(inp).resolve().parents):
                 raise QnnxError(f"--report would replace a directory holding the input {inp}", where=report_dir)
         check_report_directory(report_dir)
@@ -355,17 +376,22 @@ def quantize(
                             consumer_functions=_consumer_functions(consumer_function),
                             consumer_weighting=consumer_weighting, silu_lobe=silu_lobe),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
-                                       sequential_passes=sequential_passes),
+                                       sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
-                                      bias_correction=bias_correction.value, weight_rounding=weight_rounding.value))
+                                      bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
+                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine,
+                                      speed_plan=_read_speed_plan(speed_plan, speed_fallback.value)))
+    if validation is not None and val is not None:
+        raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
         print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
               file=sys.stderr)
-    else:  # the samples config.num_samples/seed picks, read by calibration, the summary and the report alike
-        calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
-    qm = quantize_model(model, calibration, config)
+    held_out = _samples(val, images, "--val") if val is not None else None
+    qm = quantize_model(model, calibration, config, validation=held_out)
     qm.save(out, format=format.value)
+    if speed_plan is not None and config.refinements.speed_plan is None and qm.report.record("speed_fallback"):
+        _write_speed_plan(speed_plan, qm.report.record("speed_fallback").plan())
     # the worst layers on a few samples (each costs a run fetching every tensor); the outputs' agreement is
     # the report's own, on the refinement samples
     errors = [e for e in compare_models(qm.float_model, qm.qdq, calibration.head(_SUMMARY_SAMPLES)) if not e.is_output]
@@ -374,14 +400,46 @@ def quantize(
     if report_dir is not None:
         from qnnx.analysis.report import write_report
 
-        show_lines(f"wrote {write_report(report_dir, model, qm, calibration)}")
+        show_lines(f"wrote {write_report(report_dir, model, qm, calibration, quantized_name=str(out))}")
+
+
+def _read_speed_plan(path: str | None, speed_fallback: str) -> tuple[str, ...] | None:
+    """The kinds a ``--speed-plan`` file leaves float, or None when the file is to be written."""
+    if path is None or not Path(path).exists():
+        if path is not None and speed_fallback == "off":
+            raise UsageError(f"--speed-plan {path}: no such file; to make one, add --speed-fallback on")
+        return None
+    import json
+
+    try:
+        plan = json.loads(Path(path).read_text())["float_kinds"]
+        if not isinstance(plan, list) or not all(isinstance(k, str) for k in plan):
+            raise ValueError("float_kinds is not a list of names")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise QnnxError(f"not a speed plan ({type(e).__name__}: {e}); expected {{\"float_kinds\": [...]}}",
+                        where=path) from None
+    return tuple(plan)
+
+
+def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
+    import json
+
+    Path(path).write_text(json.dumps({"float_kinds": list(kinds)}) + "\n")
+
+
+def _count_or_fraction(text: str | None) -> int | float | None:
+    """``--validation``: a count ("8") or a fraction ("0.25")."""
+    if text is None:
+        return None
+    try:
+        return int(text) if text.strip().isdigit() else float(text)
+    except ValueError:
+        raise UsageError(f"--validation takes a count or a fraction, got {text!r}") from None
 
 
 def _samples(path: str | None, images: ImagePreprocess | None, option: str, **limits) -> CalibrationData | None:
     """The one CalibrationData a command reads: the directory ``path`` of .npy/.npz, or of images when
     image options were given (a usage error without ``path``); None when neither."""
-    from qnnx.data import CalibrationData, ImageFolder
-
     if images is not None and path is None:
         raise UsageError(f"image preprocessing options need {option} DIR (a directory of images)")
     if path is None:
@@ -427,7 +485,7 @@ def inspect(model: Annotated[str, _model(".onnx file")]) -> None:
 @app.command("compare", cls=PanelCommand, short_help='per-output and per-layer error vs the float model',
              help=('Per-output and per-layer error of a quantized model against its float original (SQNR, cosine, '
                    'max error), worst layers first.'))
-@image_options
+@_image_options
 def compare(
         float_model: Annotated[str, _model("float .onnx model", "FLOAT_MODEL")],
         quant_model: Annotated[str, _model("quantized .onnx model (QDQ or lowered; tensors are matched "
@@ -460,7 +518,7 @@ def compare(
 @app.command("bench", cls=PanelCommand, short_help='median ONNX Runtime latency and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
                    ' to the first.'))
-@image_options
+@_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
         data: Annotated[str | None, typer.Option(

@@ -488,10 +488,14 @@ def test_bare_command_prints_help_and_exits_1(capsys):
     assert "Commands:" in capsys.readouterr().out
 
 
+IMAGE_OPTIONS = ["--preprocess", "--resize", "--letterbox", "--scale", "--mean", "--std", "--channel-order", "--layout"]
+
+
 @pytest.mark.parametrize("command,options", [
     ("import", ["-o", "--output"]), ("from-qdq", ["-o", "--strict", "--numerics"]), ("lower", ["-o"]),
-    ("quantize", ["--symmetric", "--asymmetric", "--calib"]), ("inspect", []),
-    ("compare", ["--data", "--num-samples", "--top"]), ("bench", ["--data", "--threads", "--repeats"]), ("ops", []),
+    ("quantize", ["--symmetric", "--asymmetric", "--calib", *IMAGE_OPTIONS]), ("inspect", []),
+    ("compare", ["--data", "--num-samples", "--top", *IMAGE_OPTIONS]),
+    ("bench", ["--data", "--threads", "--repeats", *IMAGE_OPTIONS]), ("ops", []),
 ])
 def test_every_subcommand_has_help(capsys, command, options):
     with pytest.raises(SystemExit) as e:
@@ -584,9 +588,10 @@ def test_quantize_image_options_reach_the_calibration(image_case, monkeypatch, c
     src, images = image_case
     assert main(["quantize", str(src), "-o", str(src.parent / "q.onnx"), "--calib", str(images), "--preprocess",
                  "imagenet", "--resize", "8x6", "--layout", "nhwc", "--scale", "1/2"]) == 1
-    p = seen["calibration"].preprocess
+    folder = seen["calibration"].source  # one CalibrationData, built from the ImageFolder
+    p = folder.preprocess
     assert (p.size, p.resize, p.layout, p.scale, p.mean) == ((8, 6), "crop", "nhwc", 0.5, (0.485, 0.456, 0.406))
-    assert [f.name for f in seen["calibration"].files] == ["0.png", "1.png", "2.png", "3.png"]
+    assert [f.name for f in folder.files] == ["0.png", "1.png", "2.png", "3.png"]
 
 
 @pytest.mark.parametrize("options,message", [
@@ -650,6 +655,59 @@ def test_quantize_bad_image_directory_gets_one_line_exit_1(image_case, tmp_path,
     assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: "), err
     assert message in err and where in err, err
     assert captured.out == "" and not out.exists()
+
+
+# --------------------------------------------------------------------------- compare / bench --data <images>
+
+
+def test_compare_and_bench_read_an_image_folder_with_the_image_options(image_case, capsys):
+    src, images = image_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "--resize", "8x8", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(src), str(out), "--data", str(images), "--resize", "8x8", "--letterbox",
+                 "--mean", "0.5", "--num-samples", "3"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("outputs:\n  y: SQNR ") and "worst 3 layers (of 3):" in text
+    assert main(["bench", str(src), str(out), "--data", str(images), "--preprocess", "imagenet", "--resize", "8",
+                 "--repeats", "2"]) == 0
+    assert [line.split()[-1] for line in capsys.readouterr().out.splitlines()] == [str(src), str(out)]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compare", "{src}", "{src}", "--data", "{images}"],
+     "only images: give an ImageFolder with an ImagePreprocess (command line: --preprocess or --resize)"),
+    (["compare", "{src}", "{src}", "--data", "{images}", "--resize", "6x8"],
+     "image gives input 1x3x6x8 but model input 'x' expects 1x3x8x8 (resize to 8x8?)"),
+    (["bench", "{src}", "--resize", "8"], "image preprocessing options need --data DIR (a directory of images)"),
+    (["bench", "{src}", "--data", "{images}", "--resize", "8by8"], "bad --resize '8by8'"),
+])
+def test_compare_and_bench_bad_image_input_is_one_line_exit_1(image_case, capsys, argv, message):
+    src, images = image_case
+    assert _exit_code([a.format(src=src, images=images) for a in argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("qnnx: error: ") and message in err, err
+
+
+def test_quantize_summary_and_report_read_the_calibration_subset(quantize_case, capsys):
+    """One CalibrationData: the summary compares on the first samples calibration used (of the seeded
+    subset), not on the first files of the directory."""
+    from qnnx.analysis import compare_models
+    from qnnx.analysis.report import fmt_sqnr
+    from qnnx.data import CalibrationData
+
+    src, calib = quantize_case
+    for i in range(4, 8):
+        np.save(calib / f"{i}.npy", np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32) * 3)
+    out, report = src.parent / "q.onnx", src.parent / "report"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--num-samples", "3", "--seed", "5",
+                 "-q", "--report", str(report)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    used = CalibrationData.from_source(calib, num_samples=3, seed=5)
+    y = next(e for e in compare_models(src, out, used.head(2)) if e.is_output)
+    assert lines[-3] == f"output SQNR: y {fmt_sqnr(y.sqnr_db)} dB"
+    assert f"errors measured on 3 sample(s): 3 of 8 samples from {calib}/ (.npy; seed 5)" in \
+        (report / "index.html").read_text()
 
 
 # --------------------------------------------------------------------------- qnnx quantize --report, summary

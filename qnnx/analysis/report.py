@@ -274,6 +274,15 @@ def _model_name(model) -> str:
     return str(model) if isinstance(model, (str, os.PathLike)) else f"(in memory: {type(model).__name__})"
 
 
+def _settings_html(settings: dict) -> str:
+    """The QuantConfig the model was quantized with, section by section."""
+    rows = [[k, repr(v)] for k, v in settings.items() if not isinstance(v, dict)]
+    rows += [[f"{section}.{k}", repr(v)] for section, values in settings.items() if isinstance(values, dict)
+             for k, v in values.items()]
+    return "<details id=\"settings\"><summary>settings</summary>" + _table("settings-table", ["option", "value"], rows) \
+        + "</details>"
+
+
 def _summary_html(report: QuantReport | None, n_qdq: int) -> str:
     if report is None:
         return (f"<p>The quantized model was given as a file, so there is no record of the quantizer's decisions; "
@@ -292,6 +301,10 @@ def _summary_html(report: QuantReport | None, n_qdq: int) -> str:
     if f:
         parts.append(_table("float-nodes", ["node", "op", "why it stayed float"],
                             [[d.node, d.op_type, d.reason] for d in f]))
+    steps = [line for record in report.records.values() for line in record.lines()]
+    if steps:
+        parts.append("<p>Stages and refinements (kept, dropped and why):</p><ul id=\"steps\">"
+                     + "".join(f"<li>{_e(line)}</li>" for line in steps) + "</ul>")
     if report.left_in_float:
         parts.append("<p>Left in float by the integer conversion:</p>")
         parts.append(_table("left-in-float", ["node", "op", "why"], [list(x) for x in report.left_in_float]))
@@ -299,23 +312,30 @@ def _summary_html(report: QuantReport | None, n_qdq: int) -> str:
 
 
 def write_report(directory, float_model, quantized_model, samples, *, num_samples: int = 8,
-                 histograms: int = 6, title: str = "qnnx quantization report") -> Path:
+                 histograms: int = 6, title: str = "qnnx quantization report", top: int = 20,
+                 quantized_name: str | None = None) -> Path:
     """Write ``directory/index.html`` and its PNG charts; returns the path of ``index.html``.
 
     ``quantized_model`` is a :class:`~qnnx.autoquant.pipeline.QuantizedModel` (its QDQ model and its
     report) or a QDQ model (path, ModelProto, ir.Model; then there are no decisions to show).
     ``samples`` is a :class:`~qnnx.data.CalibrationData` or anything it is built from; its first
-    ``num_samples`` are used. ``histograms`` is how many of the worst layers get an activation histogram.
+    ``num_samples`` are used. ``histograms`` is how many of the worst layers get an activation histogram;
+    the layer table shows the ``top`` worst, the rest folded. ``quantized_name``: the file the quantized
+    model was written to, for the header.
     """
     if num_samples < 1 or histograms < 0:
         raise QnnxError("num_samples must be >= 1 and histograms >= 0")
     target = Path(directory)
     check_report_directory(target)
     fm = load_model(float_model)
+    settings = None
     if isinstance(quantized_model, QuantizedModel):
-        qm, report, q_name = quantized_model.qdq, quantized_model.report, "(QuantizedModel)"
+        qm, report, settings = quantized_model.qdq, quantized_model.report, quantized_model.config.as_dict()
+        q_name = quantized_name or "(quantized in memory, not written)"
+        # a model qnnx made is compared with the prepared float model it was built from (analysis.compare)
+        fm = quantized_model.float_model
     else:
-        qm, report, q_name = load_model(quantized_model), None, _model_name(quantized_model)
+        qm, report, q_name = load_model(quantized_model), None, quantized_name or _model_name(quantized_model)
     used = CalibrationData.from_source(samples).head(num_samples).bind(input_specs(fm))
     feeds = list(used)
     errors = compare_models(fm, qm, feeds)
@@ -334,6 +354,7 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
         body = [f"<h1>{_e(title)}</h1>",
                 f'<p class="meta">float model: {_e(_model_name(float_model))}<br>quantized model: {_e(q_name)}<br>'
                 f"errors measured on {len(feeds)} sample(s): {_e(used.describe())}</p>",
+                *([_settings_html(settings)] if settings else []),
                 "<h2>Summary</h2>", _summary_html(report, len(tensors)),
                 "<h2>Outputs</h2>",
                 _table("outputs", ["output", "SQNR (dB)", "cosine", "max |error|"],
@@ -343,12 +364,18 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
         if layers:
             _bar_chart(layers, labels, tmp / "layers.png")
             more = f" (the {_BAR_LAYERS} worst of {len(layers)})" if len(layers) > _BAR_LAYERS else ""
+            rows = [[labels[e.name], e.name, e.op_type, fmt_sqnr(e.sqnr_db), fmt_cosine(e.cosine), fmt_max(e.max_abs)]
+                    for e in layers]
+            header = ["layer", "tensor", "op", "SQNR (dB)", "cosine", "max |error|"]
             body += [f"<p>SQNR of each quantized activation, worst first{more}: the tensor as the quantized "
-                     "model computes it from dequantized inputs, so it includes all upstream error.</p>",
+                     "model computes it from dequantized inputs, so it includes all upstream error. Bars: red "
+                     "below 20 dB, orange below 30 dB, blue from 30 dB; grey hatched: exact (no error).</p>",
                      '<img src="layers.png" alt="per-layer SQNR bar chart">',
-                     _table("layers", ["layer", "tensor", "op", "SQNR (dB)", "cosine", "max |error|"],
-                            [[labels[e.name], e.name, e.op_type, fmt_sqnr(e.sqnr_db), fmt_cosine(e.cosine),
-                              fmt_max(e.max_abs)] for e in layers], {3, 4, 5})]
+                     f"<p>The {min(top, len(rows))} worst layers (the layer name is what --exclude-node "
+                     "takes):</p>", _table("layers", header, rows[:top], {3, 4, 5})]
+            if len(rows) > top:
+                body.append(f"<details><summary>the other {len(rows) - top} layers</summary>"
+                            + _table("layers-rest", header, rows[top:], {3, 4, 5}) + "</details>")
         else:
             body.append("<p>No quantized activation (QuantizeLinear -> DequantizeLinear pair) in the quantized "
                         "model matches a tensor of the float model.</p>")

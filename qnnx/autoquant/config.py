@@ -10,7 +10,7 @@ three sections of algorithm options, each a frozen dataclass of its own:
 
 Every section field may also be given by name at the top level (``QuantConfig(method="minmax")``):
 the names are unique across sections, so it routes to the one section that owns it. Why each default
-is what it is, with the measurements, is in docs/benchmarks.md.
+is what it is, with the measurements, is in docs/experiments.md (the current results: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -97,6 +97,9 @@ class CalibrationOptions:
     "propagate_error" adds a second pass on the simulated model fed the first pass's qparams.
     ``batch_size``: samples of one shape run as one batch when the model allows it (1: off).
     ``refinement_samples``: the first samples, which the refinements and the report's output check use.
+    ``validation``: hold out this many calibration samples (an int) or this fraction of them (a float),
+    spread evenly, and keep a range method or refinement only when it lowers the error on them
+    (autoquant/validation.py); None: no held-out validation unless validation data is given.
     """
 
     num_samples: int | None = None
@@ -105,9 +108,14 @@ class CalibrationOptions:
     sequential_passes: int = 4
     batch_size: int = 16
     refinement_samples: int = 8
+    validation: int | float | None = None
 
     def __post_init__(self):
         _choice("calibrator", self.calibrator, CALIBRATORS)
+        v = self.validation
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or (isinstance(v, float) and not 0 < v < 1) or (isinstance(v, int) and v < 1)):
+            raise QnnxError(f"validation must be a count >= 1 or a fraction in (0, 1), got {v!r}")
         if not 1 <= self.sequential_passes <= 64:
             raise QnnxError(f"sequential_passes must be in [1, 64], got {self.sequential_passes}")
         for name in ("batch_size", "refinement_samples"):
@@ -135,6 +143,11 @@ class RefinementOptions:
     ``speed_fallback``: "on" times float and int8 variants on the target and leaves slower kinds of
     layers float; "auto" only when int8 is not clearly faster; "off" (default) never times, so the
     same inputs give the same model.
+    ``speed_plan``: replay a speed fallback's decisions without timing: the kinds of patterns to leave float
+    (``SpeedReport.plan()`` of an earlier run; ("all",): the whole model), so the output is reproducible.
+    ``min_sqnr_db`` / ``min_cosine``: the accuracy guard's target for every output against float (on the
+    held-out samples, else the refinement samples); the costliest patterns return to float until it is
+    met. None: the report's "far from float" bounds (6 dB, 0.9), so a far output is rescued or refused.
     """
 
     smoothing_alpha: float | None = 0.5
@@ -142,13 +155,20 @@ class RefinementOptions:
     bias_correction: str = "sequential"
     sqnr_threshold_db: float | None = None
     speed_fallback: str = "off"
+    speed_plan: tuple[str, ...] | None = None
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
 
     def __post_init__(self):
+        if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:
+            raise QnnxError(f"min_cosine must be in [-1, 1], got {self.min_cosine}")
         if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
             raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
         if isinstance(self.speed_fallback, bool):
             object.__setattr__(self, "speed_fallback", "on" if self.speed_fallback else "off")
         _choice("speed_fallback", self.speed_fallback, SPEED_FALLBACKS)
+        if self.speed_plan is not None:
+            object.__setattr__(self, "speed_plan", _names("speed_plan", self.speed_plan))
         if isinstance(self.bias_correction, bool):
             object.__setattr__(self, "bias_correction", "own" if self.bias_correction else "off")
         _choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)

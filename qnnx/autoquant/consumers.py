@@ -147,8 +147,8 @@ def reader_weight_norms(value: ir.Value) -> tuple[float, ...] | None:
     error from input rounding ``e`` is ``W e``; with independent per-channel errors its expected square
     is ``sum_c |W[:, c]|^2 E[e_c^2]``, so this makes the histogram methods minimise the readers' output
     error rather than the input's own. None when any reader is not such a conv, or the value is a
-    graph output. PP-OCRv4 rec: the hard-swish outputs' loud channels (80-200 against a bulk within
-    0-2) meet small weights, so their tails are clipped for the bulk's resolution."""
+    graph output. Where a few loud channels (hard-swish outputs) meet small weights, their tails are
+    clipped for the bulk's resolution (figures: docs/experiments.md, "Ranges and observers")."""
     uses = list(value.uses())
     if not uses or value.is_graph_output():
         return None

@@ -6,8 +6,8 @@
 
 Such a value has two kinds of entries: 0 where a token is attended and a sentinel (-1e4, -3.4e38,
 -inf) where it is padding. No uint8 range serves both: an observer that covers the sentinel leaves
-the attention scores one or two levels (all-MiniLM-L6-v2 on padded batches of 4: sentence cosine
-0.45). So the mask and the sum it enters stay float, and a Softmax reading a masked sum quantizes
+the attention scores one or two levels, and the model's output is ruined (docs/experiments.md,
+"Patterns"). So the mask and the sum it enters stay float, and a Softmax reading a masked sum quantizes
 only its output (probabilities, [0, 1]); the sentinel then does exactly what it does in float.
 
 A value is an additive mask when it is computed, through the ops below only, from graph inputs,

@@ -352,8 +352,8 @@ class GeluPattern(Pattern):
     last node; the anchor is its first node in graph order (plan claims nodes in that order), so
     the candidates are the anchor's consumers up to four steps on.
 
-    Quantizing each of its five ops requantizes four times inside one activation function (on
-    all-MiniLM-L6-v2 the chain cost 0.003 of sentence-embedding cosine)."""
+    Quantizing each of its five ops requantizes four times inside one activation function, and the
+    rounding errors add up (figures: docs/experiments.md, "Patterns")."""
 
     name = "gelu"
     anchors = ("Div", "Mul")
@@ -445,8 +445,8 @@ class BinaryPattern(_AllActivationsPattern):
 def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | None:
     """``(lo, hi)`` when ``Clip(x +- c, lo, hi)`` (one activation, a scalar constant, finite bounds) spells
     a hard sigmoid: hard-swish's gate ``Clip(x + 3, 0, 6)`` is ``6 * HardSigmoid(x)``. A bounded function
-    gets its whole range (ElementwisePattern), whichever way it is written; it is not observed.
-    (mse chose [0, 5.66-6.00] for PP-OCRv4 rec's 28 gates.)"""
+    gets its whole range (ElementwisePattern), whichever way it is written; it is not observed (an
+    observed range comes out close to the whole one anyway: docs/experiments.md, "Patterns")."""
     if node.op_type not in ("Add", "Sub") or act.op_type != "Clip" or len(act.inputs) < 3:
         return None
     if sum(_scalar(v) is not None for v in node.inputs) != 1 or any(
@@ -503,8 +503,8 @@ class ElementwisePattern(_AllActivationsPattern):
         m = super().match(node)
         # Bounded functions (sigmoid, hard sigmoid, tanh: ElementwiseFunction.output_range) get their whole
         # range, as softmax does: their outputs are often scores (detection classes, gates) whose rare large
-        # values matter most, and an observed range would clip exactly those (YOLOv8n's class sigmoid: 7 dB
-        # SQNR with an mse-chosen range).
+        # values matter most, and an observed range would clip exactly those (docs/experiments.md,
+        # "Patterns").
         function = ops.elementwise_function(node)
         bounds = function.output_range if function is not None else None
         if not isinstance(m, PatternMatch) or bounds is None:

@@ -9,47 +9,111 @@ with its own record in the report. A new refinement is one module registered in 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import onnx_ir as ir
 
 from qnnx.autoquant.config import QuantConfig
+from qnnx.autoquant.refinements.accuracy_guard import AccuracyGuard
 from qnnx.autoquant.refinements.bias_correction import BiasCorrection
 from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
+from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import QuantReport
-from qnnx.autoquant.stages import AGREEMENT, CALIBRATE, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH, TARGET_CHECK
+from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
+                                   TARGET_CHECK)
 from qnnx.autoquant.state import QuantState
+from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
 from qnnx.ir import save_model
 from qnnx.passes.lower import lower
 from qnnx.targets import target
 
-STAGES_BEFORE = (PREPARE, SMOOTH, PLAN, CALIBRATE, REALIZE)
-# In this order: the fallbacks re-realize from nearest rounding and plain biases, so the weight
-# rounding and the bias correction come after them.
-REFINEMENTS = (SqnrFallback(), SpeedFallback(), WeightRounding(), BiasCorrection())
+STAGES_BEFORE = (PREPARE, HOLD_OUT, SMOOTH, PLAN, CALIBRATE, REALIZE)
+# In this order: the fallbacks and the accuracy guard re-realize from nearest rounding and plain biases,
+# so the weight rounding and the bias correction come after them.
+REFINEMENTS = (SqnrFallback(), SpeedFallback(), AccuracyGuard(), WeightRounding(), BiasCorrection())
 STAGES_AFTER = (AGREEMENT, INTEGERIZE, TARGET_CHECK)
 
 
-def refine(state: QuantState, refinement) -> QuantState:
+def refine(state: QuantState, refinement, verdicts: list | None = None) -> QuantState:
     """Run one refinement on a copy of what it edits; keep its result, or the state before it when it
-    changed nothing. Its record goes into the report under its name."""
+    changed nothing or (with held-out validation, for refinements that change accuracy) did not lower
+    the held-out error by more than its spread. Its record goes into the report under its name."""
     given = replace(state, qdq=state.qdq.clone()) if refinement.edits_qdq else state
     after, record = refinement.apply(given)
-    state.report.records[refinement.name] = record
-    return state if after is None else after
+    if record is not None:
+        state.report.records[refinement.name] = record
+    if after is None:
+        return state
+    if state.validation is not None and refinement.validated:
+        after = with_errors(after)
+        verdict = Verdict.of(refinement.name, state.validation_errors, after.validation_errors)
+        if verdicts is not None:
+            verdicts.append(verdict)
+        if not verdict.kept:
+            state.report.records[refinement.name] = Dropped(record, verdict)
+            return state
+    return after
 
 
-def run(model, calibration, config: QuantConfig) -> QuantState:
-    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples."""
-    state = QuantState(config=config, source=model, data=calibration, report=QuantReport())
+def with_errors(state: QuantState) -> QuantState:
+    """``state`` with its QDQ model's error on each held-out sample."""
+    return replace(state, validation_errors=sample_errors(state.qdq, state.validation, state.validation_reference))
+
+
+PLAIN_RANGES = dict(method="minmax", consumer_weighting=False, consumer_functions=(), silu_lobe=0.0,
+                    channel_balance=0.0)
+
+
+def plain_recipe(planned: QuantState) -> QuantState:
+    """The plain recipe on the same plan: minmax ranges, nearest rounding, plain biases (the baseline every
+    choice is validated against). Its decisions are its own copy; the report is a scratch one."""
+    own = Plan(planned.plan.matches, planned.plan.groups, [copy.copy(d) for d in planned.plan.decisions])
+    plain = replace(planned, plan=own, report=QuantReport(), config=planned.config.with_options(**PLAIN_RANGES))
+    return replace(REALIZE(CALIBRATE(plain)), config=planned.config)
+
+
+def _adopt(state: QuantState, other: QuantState) -> QuantState:
+    """``other``'s model and plan under ``state``'s config and report (its decisions become the report's)."""
+    state.report.decisions = other.plan.decisions
+    return replace(other, config=state.config, report=state.report)
+
+
+def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
+    """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``validation``:
+    held-out samples (or ``config.calibration.validation`` of the calibration samples set apart)."""
+    state = QuantState(config=config, source=model, data=calibration, report=QuantReport(), validation=validation)
+    planned = None
     for stage in STAGES_BEFORE:
         state = stage(state)
+        if stage is PLAN:
+            planned = state
+    verdicts: list[Verdict] = []
+    plain = None
+    if state.validation is not None:
+        state = with_errors(state)
+        if any(getattr(config.ranges, k) != v for k, v in PLAIN_RANGES.items()):
+            plain = with_errors(plain_recipe(planned))
+            verdict = Verdict.of(f"ranges ({config.ranges.method})", plain.validation_errors, state.validation_errors)
+            verdicts.append(verdict)
+            if not verdict.kept:
+                state = _adopt(state, plain)
+        else:
+            plain = state
     for refinement in REFINEMENTS:
         if refinement.enabled(config):
-            state = refine(state, refinement)
+            state = refine(state, refinement, verdicts)
+    if plain is not None and state is not plain:
+        final = Verdict.of("the refined model against the plain recipe", plain.validation_errors,
+                           state.validation_errors)
+        if final.after > final.before:  # never worse on the held-out samples than the plain recipe
+            verdicts.append(replace(final, kept=False))
+            state = _adopt(state, plain)
+    if state.validation is not None:
+        state.report.records["validation"] = ValidationRecord(tuple(verdicts))
     if not state.report.quantized() and not config.allow_float:
         raise QnnxError("nothing was quantized: " + _why_float(state) + "; the model would be written all float. "
                         "Pass allow_float=True (--allow-float) to write it anyway")
@@ -91,8 +155,9 @@ class QuantizedModel:
         return save_model(self.export(format), path)
 
 
-def quantize(model, calibration, config: QuantConfig | None = None) -> QuantizedModel:
+def quantize(model, calibration, config: QuantConfig | None = None, validation=None) -> QuantizedModel:
     """Quantize a float model with representative ``calibration`` samples (no labels): a directory of
     .npy/.npz files, an :class:`~qnnx.data.ImageFolder`, a :class:`~qnnx.data.CalibrationData`, or
-    an iterable of arrays (single input) / dicts by input name."""
-    return QuantizedModel(run(model, calibration, config or QuantConfig()))
+    an iterable of arrays (single input) / dicts by input name. ``validation``: held-out samples of the
+    same kinds; each range method and refinement is then kept only when it lowers the error on them."""
+    return QuantizedModel(run(model, calibration, config or QuantConfig(), validation))

@@ -450,9 +450,8 @@ def spell_out_hard_swish(graph: ir.Graph, keep: frozenset[str] = frozenset()) ->
     nodes named in ``keep``. ONNX Runtime has no integer HardSwish: between a DequantizeLinear and a
     QuantizeLinear it runs in float. Spelled out, the Add runs as QLinearAdd (the Clip taken into its
     QuantizeLinear's range), the Mul as QLinearMul and the ``/ 6`` as a rescaled DequantizeLinear
-    (patterns.ScalePattern). Measured on PP-OCRv4 rec with its hard-swishes as single HardSwish ops
-    (torch's export from opset 14 on), int8 against fp32, one thread, side by side: 1.74x -> 2.36x.
-    Returns #rewritten."""
+    (patterns.ScalePattern), so a model exported with single HardSwish ops (torch from opset 14 on)
+    runs integer through them (figures: docs/experiments.md, "Prepare rewrites"). Returns #rewritten."""
     rewritten = 0
     constants = None  # 3, 0 and 6, shared by every hard-swish (as prepare's folding leaves PP-OCR's)
     for node in list(graph):

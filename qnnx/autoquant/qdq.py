@@ -269,10 +269,10 @@ def float_max_pools(graph: ir.Graph) -> int:
     """Each MaxPool reading a per-tensor DequantizeLinear gets its own DequantizeLinear with the same
     qparams repeated along the channel axis: the same numbers, but ONNX Runtime's QDQ rules (which
     drop a DQ -> MaxPool -> Q pair only for scalar qparams) then leave the MaxPool float. ORT 1.31's
-    uint8 MaxPool is a slow generic loop: 85 vs 30 us on 200x2x48, 210 vs 22 us on 16x24x96
-    (float MaxPool with its DQ and Q, bit-identical output); the PP-OCR classifier's one MaxPool took
-    219 us of its ~1.5 ms. Max commutes with the monotone dequantization, so nothing changes but
-    the kernel. Needs the channel count; returns the number of MaxPools changed."""
+    uint8 MaxPool is a slow generic loop, slower than the float MaxPool with its DQ and Q, which gives
+    a bit-identical output (figures: docs/experiments.md, "ONNX Runtime kernels"). Max commutes with
+    the monotone dequantization, so nothing changes but the kernel. Needs the channel count; returns
+    the number of MaxPools changed."""
     changed = 0
     for node in list(graph):
         if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx"):
@@ -327,8 +327,8 @@ def _biases_at(readers: list[ir.Node], x_scale: float) -> list[tuple] | None:
     int32 values, scale ``x_scale * w_scale``) each, or None when one cannot be (a bias that no longer
     fits, a MatMul whose bias sits in a fused Add, a bias that is not a DequantizeLinear of constants).
     A runtime fuses DQ -> Conv -> Q into an integer conv only when the bias scale is the input scale
-    times the weight scale (ONNX Runtime 1.31 otherwise leaves the conv float: 9 of PP-OCRv4 rec's
-    depthwise convs once, 24 vs 14 ms)."""
+    times the weight scale (ONNX Runtime 1.31 otherwise leaves the conv float, at a large cost in
+    speed: docs/experiments.md, "ONNX Runtime kernels")."""
     out = []
     for node in readers:
         if node.op_type == "MatMul":
@@ -364,7 +364,7 @@ def shifts_as_zero_points(graph: ir.Graph) -> int:
     QLinearAdd over the whole map in ONNX Runtime). Exactly what a requantizing add to the input's own
     scale computes (``round(q + c/s) = q + round(c/s)``); the add's calibrated output qparams are not
     used. These are the shifts ``prepare`` cannot fold: Paddle's affine-block shifts before padded
-    convs (13 on PP-OCRv4 rec and det; rec 13.1 -> 12.7 ms side by side). The readers' int32 biases are
+    convs (figures: docs/experiments.md, "Realize rewrites"). The readers' int32 biases are
     requantized to the new input scale (:func:`_biases_at`). Skipped when the shifted zero point leaves
     its type's range or a bias cannot follow. Returns the number of adds removed."""
     removed = 0

@@ -39,9 +39,11 @@ class OutputAgreement:
     cosine: float
     samples: int
     channel_cosine: float = math.nan  # mean of the per-channel (axis 1) cosines (metrics.LayerError)
+    held_out: bool = False  # measured on held-out samples (else on calibration samples)
 
 
-# An output this far from the float model's is not a quantized version of it (docs/benchmarks.md).
+# An output this far from the float model's is not a quantized version of it (docs/experiments.md,
+# "Far-from-float bounds").
 FAR_COSINE = 0.9
 FAR_SQNR_DB = 6.0  # error power above a quarter of the signal's
 
@@ -91,7 +93,8 @@ class QuantReport:
         lines = [f"quantized {len(q)} pattern(s), {len(f)} node(s) kept in float; "
                  f"calibration {self.calibration_seconds:.1f}s on {self.num_samples} sample(s)"]
         if self.outputs:
-            lines.append(f"outputs vs float on {self.outputs[0].samples} calibration sample(s): " + ", ".join(
+            kind = "held-out" if self.outputs[0].held_out else "calibration"
+            lines.append(f"outputs vs float on {self.outputs[0].samples} {kind} sample(s): " + ", ".join(
                 f"{o.name} SQNR {o.sqnr_db:.1f} dB, cosine {o.cosine:.4f}" for o in self.outputs))
         for o in self.far_outputs():
             lines.append(f"WARNING: output {o.name!r} is far from the float model's (SQNR {o.sqnr_db:.1f} dB, cosine "

@@ -114,8 +114,8 @@ class SimulatedRewriter(AffineRewriter):
         if not self.standard:
             dq = self._pair(b, wf, fitted, zp, w_type, "weight", **attrs)
         else:
-            # Quantize the weights at run time only when a channel's bias does not fit (rare): on every run
-            # it cost PP-OCR rec a third of its simulated run time. Otherwise the constant int8 weights.
+            # Quantize the weights at run time only when a channel's bias does not fit (rare): doing it on
+            # every run is a large share of the simulated run time. Otherwise the constant int8 weights.
             fit = b.op("Greater", [need_scale, scale_c], hint="bias_does_not_fit")
             any_fit = b.op("ReduceMax", [b.op("Cast", [fit], to=ir.DataType.INT32)], keepdims=0, hint="any_fit")
             cond = b.op("Cast", [any_fit], to=ir.DataType.BOOL, hint="refit_weights")
@@ -167,7 +167,8 @@ def simulate_model(float_model: ir.Model, plan, config=None, *,
     ``standard``: activations and weights through ONNX QuantizeLinear -> DequantizeLinear with the
     same run-time qparams instead (the int32 bias stays simulated: QuantizeLinear has no int32).
     The same numbers; what calibration runs, because the exact lowering of simulated_quantize is a
-    dozen elementwise ops per tensor (PP-OCR rec: 0.6 s per sample instead of 0.016 s in float)."""
+    dozen elementwise ops per tensor, many times slower than the float model (figures:
+    docs/experiments.md, "Calibration and the simulated model")."""
     config = config or QuantConfig()
     rewriter = SimulatedRewriter(float_model, plan, config, standard)
     for match in plan.matches:

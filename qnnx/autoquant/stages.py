@@ -1,6 +1,7 @@
 """The stages of automatic quantization, each a :class:`~qnnx.autoquant.state.Stage` with its contract.
 
     prepare     source, data            -> float_model, renames, source_op_types, data (bound), samples
+    hold_out    data, validation        -> data, samples, validation (held out), validation_reference
     smooth      float_model, data       -> float_model (SmoothQuant: a new model, exact in float)
     plan        float_model             -> exclusions, plan
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
@@ -28,6 +29,7 @@ from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.report import CalibrationRecord, OutputAgreement
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.state import QuantState, Stage
+from qnnx.autoquant.validation import float_reference
 from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
@@ -129,6 +131,22 @@ def _check(model: ir.Model, reference, probe) -> tuple[float, str]:
     return _output_mismatch(reference, [runtime.run(sess, names, feed) for feed in probe])
 
 
+def run_hold_out(state: QuantState) -> QuantState:
+    """Held-out validation samples: the validation data given (bound to the model's inputs), or
+    ``config.calibration.validation`` of the calibration samples set apart (CalibrationData.split), which
+    then neither calibrate nor fit any refinement; the float model's outputs on them."""
+    config, validation, data = state.config, state.validation, state.data
+    if validation is None and config.calibration.validation is None:
+        return state
+    if validation is None:
+        data, validation = data.split(config.calibration.validation)
+    else:
+        validation = CalibrationData.from_source(validation).bind(data.specs)
+    held = tuple(validation)
+    return replace(state, data=data, samples=tuple(data.head(config.calibration.refinement_samples)),
+                   validation=held, validation_reference=tuple(float_reference(state.float_model, held)))
+
+
 def run_smooth(state: QuantState) -> QuantState:
     model = smooth(state.float_model, state.data, state.config.refinements.smoothing_alpha)
     return state if model is state.float_model else replace(state, float_model=model)
@@ -186,7 +204,14 @@ def reference_outputs(float_model: ir.Model, samples) -> list | None:
 
 
 def run_agreement(state: QuantState) -> QuantState:
-    state.report.outputs = output_agreement(state.float_model, state.qdq, state.samples)
+    """Each output against float, on the held-out samples when there are (else the refinement samples)."""
+    if state.validation is not None:
+        outputs = output_agreement(state.float_model, state.qdq, state.validation,
+                                   [dict(zip([v.name for v in state.float_model.graph.outputs], ref))
+                                    for ref in state.validation_reference])
+        state.report.outputs = [replace(o, held_out=True) for o in outputs]
+    else:
+        state.report.outputs = output_agreement(state.float_model, state.qdq, state.samples)
     return state
 
 
@@ -204,11 +229,13 @@ def run_target_check(state: QuantState) -> QuantState:
 
 PREPARE = Stage("prepare", run_prepare, ("source", "data", "config"),  # (+ report.records["prepare"])
                 ("float_model", "renames", "source_op_types", "data", "samples"))
+HOLD_OUT = Stage("hold_out", run_hold_out, ("data", "validation", "float_model", "config"),
+                 ("data", "samples", "validation", "validation_reference"))
 SMOOTH = Stage("smooth", run_smooth, ("float_model", "data", "config"), ("float_model",))
 PLAN = Stage("plan", run_plan, ("float_model", "renames", "source_op_types", "config"), ("exclusions", "plan"))
 CALIBRATE = Stage("calibrate", run_calibrate, ("float_model", "plan", "data", "config"), ("plan", "qparams"))
 REALIZE = Stage("realize", run_realize, ("float_model", "plan", "qparams", "exclusions", "config"),
                 ("qdq", "keep_float"))
-AGREEMENT = Stage("agreement", run_agreement, ("float_model", "qdq", "samples"), ())
+AGREEMENT = Stage("agreement", run_agreement, ("float_model", "qdq", "samples", "validation"), ())
 INTEGERIZE = Stage("integerize", run_integerize, ("qdq", "keep_float"), ("canonical",))
 TARGET_CHECK = Stage("target", run_target_check, ("qdq", "config"), ())

@@ -34,6 +34,9 @@ class QuantState:
     qdq: ir.Model | None = None  # the logical QDQ model (no target shaping)
     keep_float: frozenset[str] = frozenset()  # node names the canonical conversion must keep float
     canonical: ir.Model | None = None  # the canonical qnnx integer model
+    validation: object | None = None  # held-out CalibrationData (bound), or None: no validation
+    validation_reference: tuple | None = None  # the float model's outputs on each held-out sample
+    validation_errors: object | None = None  # the current QDQ model's error per held-out sample (numpy)
 
 
 STATE_FIELDS = frozenset(f.name for f in fields(QuantState))

@@ -581,8 +581,8 @@ def _channel_weights(x: np.ndarray, axis: int, power: float) -> tuple[np.ndarray
     channels, run = x.shape[ax], math.prod(x.shape[ax + 1:])
     if channels < 2:
         return None
-    # mean squares per channel, accumulated in x's own precision (weights need no more; 0.3-0.5 ns per
-    # value where float64 squares took 4)
+    # mean squares per channel, accumulated in x's own precision (weights need no more, and float64
+    # squares are several times slower)
     x3 = x.reshape(-1, channels, run)
     ms = np.einsum("ocr,ocr->c", x3, x3).astype(np.float64) / (x3.shape[0] * run)
     med = float(np.median(ms))
@@ -626,7 +626,8 @@ def _bin_counts(x: np.ndarray, width: float, start: float, bins: int,
     counts, or float64 sums of per-channel ``weights`` (:func:`_channel_weights`).
 
     Blocks of :data:`BIN_BLOCK` values: on whole tensors the scaled copy and the index array fall out
-    of cache (PP-OCR det's 13M-value batches took 7.9 ns per value, 2.8 in blocks)."""
+    of cache, and large batches bin much slower (figures: docs/experiments.md, "Ranges and
+    observers")."""
     flat = x.reshape(-1)
     # Multiplying a float32 by a power of two >= 1 never rounds (results stay below 2**41), and float32
     # halves the memory traffic. Scaling down could round float32 subnormals (a tiny negative becoming
@@ -668,8 +669,8 @@ class HistogramObserver(Observer):
 
     With ``channel_balance`` p > 0 the counts are float64 sums of weights instead: in each batch, the
     values of channel c weigh ``min(1, median ms / ms_c) ** p`` (ms: mean squares per channel along
-    ``balance_axis`` in that batch). A few channels far louder than the rest (PP-OCRv4's hard-swish
-    outputs: 80-200 against a bulk within 0-2) then count less, and every method built on the
+    ``balance_axis`` in that batch). A few channels far louder than the rest (hard-swish outputs can
+    have channels two orders of magnitude above the bulk) then count less, and every method built on the
     histogram trades their tails for the resolution of the bulk. The weights come from each batch, so
     the state depends on the batching (:attr:`batch_statistics`); merge stays exact up to float sums.
 
@@ -867,7 +868,7 @@ def kl_threshold_bins(hist: np.ndarray, levels: int) -> int:
 
     Evaluated for all candidates at once with prefix sums (no loop over candidates); the groups
     before the last are shared by every candidate with the same group width, so they are summed once
-    per width (a 2048-bin histogram: 16 widths for 1921 candidates; 7 ms -> well under 1 ms). Returns
+    per width (a 2048-bin histogram has 16 widths for 1921 candidates). Returns
     ``len(hist)`` (no clipping) when ``len(hist) <= levels``. The smallest threshold it can pick is
     ``levels`` bins of ``|x|``: resolution comes from the histogram (raise ``bins`` for tensors whose
     outliers are hundreds of times the typical magnitude).
@@ -953,8 +954,8 @@ class MSEObserver(HistogramObserver):
     ``lo <= 0 <= hi`` of at most 512 candidates per side (step ``(hi - lo) / (qmax - qmin)``).
 
     ``negative_lobe`` r > 0 (asymmetric): when ``-min < r * max``, ``lo`` is the data's minimum. A
-    SiLU output's negative side is its flat minimum (-0.278), where a large share of the values sit
-    (43% of YOLOv8n's second SiLU output); with a step wider than that lobe the mse optimum clips it
+    SiLU output's negative side is its flat minimum (-0.278), where a large share of the values can sit
+    (docs/experiments.md, "Ranges and observers"); with a step wider than that lobe the mse optimum clips it
     to 0, and every one of those values moves the same way: a shift the rounding-noise model counts as
     independent errors. Keeping the lobe costs at most ``r`` of the resolution.
     """

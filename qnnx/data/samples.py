@@ -12,6 +12,7 @@ is called again, a one-shot iterator is read once and kept. Bound to a model's i
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,20 +73,42 @@ def _numbered(samples) -> Iterator[tuple[str, Loader]]:
 # --------------------------------------------------------------------------- sources
 # A source lists its samples in a fixed order as (where, loader) entries; nothing is read until a
 # loader is called. ``files`` is set for file-backed sources: a seeded subset picks among them.
+# ``origin`` is what it was built from; count(limit) counts at most ``limit``; check(specs) refuses what
+# can be refused before reading a sample; known_count() is the count when it costs nothing.
 
 
-class _Directory:
+class _Source:
+    files: tuple[Path, ...] | None = None
+    origin: Any = None
+
+    def entries(self) -> Iterator[tuple[str, Loader]]:
+        raise NotImplementedError
+
+    def count(self, limit: int | None = None) -> int:
+        raise NotImplementedError
+
+    def check(self, specs: list[InputSpec]) -> None:
+        """Nothing to refuse before reading (a .npy file for a multi-input model is refused when read,
+        naming it)."""
+
+    def known_count(self) -> int | None:
+        return None
+
+    def describe(self) -> tuple[str, str, str]:
+        """(noun, "from ...", details) for :meth:`CalibrationData.describe`."""
+        raise NotImplementedError
+
+
+class _Directory(_Source):
     def __init__(self, path: Path):
-        self.path, self.files = path, _files(path)
+        self.path = self.origin = path
+        self.files = _files(path)
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         return ((str(p), lambda specs, p=p: _load_file(p, specs)) for p in self.files)
 
     def count(self, limit: int | None = None) -> int:
         return len(self.files) if limit is None else min(len(self.files), limit)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass  # a .npy file for a multi-input model is refused when it is read, naming it
 
     def describe(self) -> tuple[str, str, str]:
         kinds = ", ".join(sorted({p.suffix for p in self.files}))
@@ -95,9 +118,10 @@ class _Directory:
         return len(self.files)
 
 
-class _Images:
+class _Images(_Source):
     def __init__(self, folder: ImageFolder):
-        self.folder, self.files = folder, folder.files
+        self.folder = self.origin = folder
+        self.files = folder.files
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         folder = self.folder
@@ -116,20 +140,15 @@ class _Images:
         return len(self.files)
 
 
-class _Memory:
-    files = None
-
+class _Memory(_Source):
     def __init__(self, samples: list):
-        self.samples = samples
+        self.samples = self.origin = samples
 
     def entries(self) -> Iterator[tuple[str, Loader]]:
         return _numbered(self.samples)
 
     def count(self, limit: int | None = None) -> int:
         return len(self.samples) if limit is None else min(len(self.samples), limit)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
 
     def describe(self) -> tuple[str, str, str]:
         return "samples", "", "in memory"
@@ -138,10 +157,8 @@ class _Memory:
         return len(self.samples)
 
 
-class _Reiterable:
+class _Reiterable(_Source):
     """A callable giving a fresh iterable on each call (called once per pass), or a re-iterable object."""
-
-    files = None
 
     def __init__(self, make: Callable[[], Any], what: str, origin=None):
         self.make, self.what, self._count = make, what, None
@@ -167,9 +184,6 @@ class _Reiterable:
         self._count = n
         return n
 
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
-
     def describe(self) -> tuple[str, str, str]:
         return "samples", f"from {self.what}", ""
 
@@ -177,13 +191,12 @@ class _Reiterable:
         return self._count
 
 
-class _Kept:
+class _Kept(_Source):
     """A one-shot iterator, read as far as some pass needed and kept, so every pass sees the same samples."""
-
-    files = None
 
     def __init__(self, iterator: Iterator):
         self.iterator, self.kept, self.done = iterator, [], False
+        self.origin = self.kept
 
     def _pull(self) -> bool:
         if self.done:
@@ -205,9 +218,6 @@ class _Kept:
         while (limit is None or len(self.kept) < limit) and self._pull():
             pass
         return len(self.kept) if limit is None else min(len(self.kept), limit)
-
-    def check(self, specs: list[InputSpec]) -> None:
-        pass
 
     def describe(self) -> tuple[str, str, str]:
         return "samples", "", "read once from an iterator, kept in memory"
@@ -232,13 +242,10 @@ def _source_of(source):
         raise QnnxError("calibration is a single dict: give a list of {input name: array} dicts")
     if callable(source) and not hasattr(source, "__iter__"):
         return _Reiterable(source, f"{getattr(source, '__name__', type(source).__name__)}()")
-    try:
-        iterator = iter(source)
-    except TypeError:
-        raise QnnxError(f"calibration must be a directory or an iterable of samples, "
-                        f"got {type(source).__name__}") from None
-    if iterator is source:
-        return _Kept(iterator)
+    if isinstance(source, collections.abc.Iterator):  # told apart without calling iter(): that may start a pass
+        return _Kept(source)
+    if not hasattr(source, "__iter__") and not hasattr(source, "__getitem__"):
+        raise QnnxError(f"calibration must be a directory or an iterable of samples, got {type(source).__name__}")
     return _Reiterable(lambda: source, f"a {type(source).__name__}", source)
 
 
@@ -295,15 +302,15 @@ class CalibrationData:
         s = self._selection
         if s.indices is not None:
             return s.indices[:s.limit]
-        return range(self._source.count(s.limit))
+        m = self._source.count(s.limit)
+        return range(m if s.limit is None else min(m, s.limit))
 
     @property
     def source(self):
-        """What the samples come from: a directory Path, an ImageFolder, a list, a callable or an iterator's
-        kept samples (for messages and tests; iterate the CalibrationData itself)."""
-        src = self._source
-        return {_Directory: lambda: src.path, _Images: lambda: src.folder, _Memory: lambda: src.samples,
-                _Reiterable: lambda: src.origin, _Kept: lambda: src.kept}[type(src)]()
+        """What the samples come from: a directory Path, an ImageFolder, a list, a callable or re-iterable
+        object, or an iterator's samples kept so far (for messages and tests; iterate the CalibrationData
+        itself)."""
+        return self._source.origin
 
     def bind(self, specs: list[InputSpec] | ir.Model) -> "CalibrationData":
         """The same samples, validated against these inputs when iterated (a model: its inputs). What
@@ -317,8 +324,8 @@ class CalibrationData:
         return self._specs
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        if self._specs is None:
-            raise QnnxError("calibration data is not bound to a model's inputs: call bind(input_specs(model))")
+        """Validated feed dicts (:class:`QnnxError` at the first ``next`` when not bound: ``iter`` itself
+        reads nothing, so ``iter(data) is data`` tells a one-shot source apart cheaply)."""
         return self._feeds(self._specs)
 
     def _entries(self) -> Iterator[tuple[str, Loader]]:
@@ -337,7 +344,9 @@ class CalibrationData:
                 n += 1
             i += 1
 
-    def _feeds(self, specs: list[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
+    def _feeds(self, specs: list[InputSpec] | None) -> Iterator[dict[str, np.ndarray]]:
+        if specs is None:
+            raise QnnxError("calibration data is not bound to a model's inputs: call bind(input_specs(model))")
         n = 0
         for where, load in self._entries():
             yield validate_feed(load(specs), specs, where)
@@ -358,7 +367,7 @@ class CalibrationData:
         limit = n if s.limit is None else min(n, s.limit)
         if limit == s.limit or (isinstance(self._source, (_Directory, _Images, _Memory)) and n >= len(self)):
             return self
-        return self._with(replace(s, limit=limit, how=", ".join(x for x in (s.how, f"first {limit}") if x)))
+        return self._with(replace(s, limit=limit, how=_joined(s.how, f"first {limit}")))
 
     def split(self, validation: int | float) -> tuple["CalibrationData", "CalibrationData"]:
         """``(calibration part, held-out part)``: ``validation`` samples (an int) or that fraction of them
@@ -383,8 +392,8 @@ class CalibrationData:
         calib = tuple(chosen[p] for p in range(n) if p not in held)
         out = tuple(chosen[p] for p in sorted(held))
         how = self._selection.how
-        return (self._with(_Selection(calib, None, ", ".join(x for x in (how, f"calibration part, {k} held out") if x))),
-                self._with(_Selection(out, None, ", ".join(x for x in (how, f"held-out part") if x))))
+        return (self._with(_Selection(calib, None, _joined(how, f"calibration part, {k} held out"))),
+                self._with(_Selection(out, None, _joined(how, "held-out part"))))
 
     def describe(self) -> str:
         """One line for reports: "32 samples from samples/ (.npy)", "8 of 64 images from img/
@@ -393,11 +402,20 @@ class CalibrationData:
         n = len(self)
         total = self._source.known_count() if self._selection != _Selection() else n
         notes = "; ".join(x for x in (detail, self._selection.how) if x)
-        return " ".join(x for x in (f"{n}" if total in (n, None) else f"{n} of {total}", noun if n != 1 else noun[:-1],
+        counted = n if total in (n, None) else total  # the number the noun follows
+        return " ".join(x for x in (f"{n}" if total in (n, None) else f"{n} of {total}",
+                                    noun if counted != 1 else noun[:-1],
                                     origin, f"({notes})" if notes else "") if x)
 
     def __repr__(self) -> str:
+        if self._selection.indices is None and self._source.known_count() is None:  # not counted: don't read
+            noun, origin, detail = self._source.describe()
+            return f"CalibrationData({_joined(noun, origin, detail)}, not counted yet)"
         return f"CalibrationData({self.describe()})"
+
+
+def _joined(*parts: str) -> str:
+    return ", ".join(x for x in parts if x)
 
 
 def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
@@ -405,19 +423,11 @@ def iter_samples(calibration, specs: list[InputSpec], limit: int | None = None,
     """Validated feed dicts, one at a time: ``CalibrationData.from_source(calibration, num_samples=limit,
     seed=seed).bind(specs)``, except that a one-shot iterator is streamed, not kept (one pass). Kept while
     the pipeline still takes raw sources."""
-    if not isinstance(calibration, (CalibrationData, str, os.PathLike, ImageFolder, list, tuple, dict)) \
-            and not callable(calibration) and _one_shot(calibration):
+    if isinstance(calibration, collections.abc.Iterator):
         data = CalibrationData(_Reiterable(lambda: calibration, "an iterator", calibration))._limited(limit, seed)
     else:
         data = CalibrationData.from_source(calibration, num_samples=limit, seed=seed)
     yield from data.bind(specs)
-
-
-def _one_shot(source) -> bool:
-    try:
-        return iter(source) is source
-    except TypeError:
-        return False
 
 
 __all__ = ["CalibrationData", "iter_samples"]

@@ -222,7 +222,7 @@ def test_quantize_from_an_image_folder(tmp_path):
     qm = qnnx.quantize(_model(), folder, QuantConfig(progress=False))
     assert qm.report.num_samples == 4
     assert [d.node for d in qm.report.decisions if d.quantized] == ["conv", "sig"]
-    qm = qnnx.quantize(_model(), folder, QuantConfig(progress=False, propagate_error=True))  # read twice
+    qm = qnnx.quantize(_model(), folder, QuantConfig(progress=False, calibrator="propagate_error"))  # read twice
     assert qm.report.num_samples == 4
 
 

@@ -20,6 +20,7 @@ class Refinement:
     reads: tuple[str, ...] = ("float_model", "qdq", "samples", "config")
     writes: tuple[str, ...] = ("qdq",)
     edits_qdq: bool = False  # edits the QDQ model it is given in place (the runner gives it a copy)
+    validated: bool = True  # with held-out samples, kept only when it lowers their error (speed: False)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

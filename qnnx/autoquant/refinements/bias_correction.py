@@ -9,8 +9,8 @@ Two ways (``QuantConfig.bias_correction``):
 
 Why it matters: a per-tensor uint8 scale set by a few loud channels leaves the quiet ones a handful
 of levels, and rounding a narrow distribution on a coarse grid shifts its mean; convs turn those
-shifts into per-channel offsets that compound with depth. On PP-OCRv4 rec (9 calibration sets of
-32 lines) the sequential correction took the mean character-accuracy drop from 1.72 to 0.26 points.
+shifts into per-channel offsets that compound with depth (figures: docs/experiments.md, "Bias
+correction").
 
 Quantizing a layer's input and weights shifts the *mean* of its output per channel (rounding of
 a skewed distribution, clipped tails, a weight grid that is coarse next to near-dead channels).
@@ -62,8 +62,8 @@ def correct_biases(float_model: ir.Model, qdq: ir.Model, samples: list[dict]) ->
     model, ``E[conv(x, W) + b] - E[conv(x, W_q) + b_q]`` per output channel is, conv being linear,
     ``sum(W - W_q over input channels and taps) * E[x per input channel] + (b - b_q)`` (padding
     borders aside). Upstream error is in ``x`` on both sides and cancels, so every layer is corrected
-    from one pass; a whole-output comparison would count upstream shifts again at every layer (tried:
-    it over-corrected PP-OCR rec from 95% to 0% character accuracy)."""
+    from one pass; a whole-output comparison would count upstream shifts again at every layer and
+    over-correct (docs/experiments.md, "Bias correction")."""
     float_weights = {n.name: n for n in float_model.graph if n.op_type in ("Conv", "Gemm")}
     layers = []
     for node in qdq.graph:
@@ -168,20 +168,17 @@ class CorrectionCheck:
     mean over outputs of each output's mean per-channel cosine (``compare.LayerError.channel_cosine``).
 
     Why it is checked: a mean shift at a conv's output is not always a constant offset. Where upstream
-    ranges clip a few large values (YOLOv8n's class branch, with calibration choices other than the
-    default), the mean moves with those few pixels, and folding it into the bias moves every pixel: on
-    YOLOv8n with photos, detections agreeing with fp32 (hmean, calibration sets 0 / 1) fell from
-    0.94 / 0.91 to 0.75 / 0.60 with ``consumer_functions=()``, and from 0.48 / 0.47 to 0.00 / 0.00 with
-    entropy ranges (every class score zero). The per-channel cosine falls with them (entropy, set 0:
-    0.51 -> 0.23), and rises where the correction pays (YOLOv8n defaults 0.600 -> 0.615). Whole-tensor
-    figures miss it (SQNR 29.4 -> 29.2 dB with ``consumer_functions=()``): YOLOv8n's box coordinates
-    rule them. A per-channel SQNR would too: a class-score channel gone all zero scores 0 dB, above a
-    noisy but useful one.
+    ranges clip a few large values (a detector's class branch, with calibration choices other than the
+    default), the mean moves with those few pixels, and folding it into the bias moves every pixel:
+    detections can collapse (every class score zero). The per-channel cosine falls with them, and rises
+    where the correction pays. Whole-tensor figures miss it: a detector's box coordinates rule its SQNR.
+    A per-channel SQNR would too: a class-score channel gone all zero scores 0 dB, above a noisy but
+    useful one.
 
     Undone when the distance ``1 - cosine`` grows by more than :data:`UNDO_GROWTH`: the harmful cases
-    above grew it by 25-91% (0.38 -> 0.47, 0.25 -> 0.39, 0.40 -> 0.76); where it pays it shrank (rec
-    0.034 -> 0.014, YOLOv8n 0.400 -> 0.385); a lone conv whose output is quantized itself (its int8 step
-    rules the error) grew it by 5% (1.84e-6 -> 1.93e-6) while its mean error fell threefold."""
+    grew it far more than that, the helpful ones shrank it, and a lone conv whose output is quantized
+    itself (its int8 step rules the error) grew it a little while its mean error fell. Figures:
+    docs/experiments.md, "Bias correction"."""
 
     layers: int  # convs the correction changed
     before: float
@@ -344,8 +341,8 @@ def correct_biases_sequentially(float_model: ir.Model, qdq: ir.Model, samples: l
     added to the int32 bias: the conv's output is linear in its bias, so that mean shift is gone
     exactly on these samples, and the cached output is shifted by the same amount for the stages
     after it. Correcting every layer from one pass instead counts an upstream shift again at each
-    layer below it, and the corrections add up: it ruined PP-OCR rec (0-5% character accuracy with
-    stages of four layers); layer by layer it took the drop from 1.72 to 0.26 points."""
+    layer below it, and the corrections add up until they ruin the model; so does correcting a few
+    layers per stage. Layer by layer they do not (figures: docs/experiments.md, "Bias correction")."""
     float_name = correctable_layers(float_model, qdq)
     if not float_name or not samples or _has_subgraphs(qdq.graph):
         return []  # subgraphs read outer values implicitly: segments cut from the graph would miss them

@@ -1,9 +1,9 @@
 """Speed-aware fallback: kinds of patterns stay float where ONNX Runtime's int8 kernels are slower.
 
-People quantize for speed, and int8 is not always faster on ONNX Runtime's CPU kernels: on PP-OCR's
-direction classifier (MobileNetV3, ~1.1 ms fp32 on one thread) int8 depthwise QLinearConv on small
-maps is slower than fp32's NCHWc depthwise conv, and the SE blocks' small QLinearMul /
-QLinearGlobalAveragePool cost more than their float ops. Measured, not assumed: after calibration
+People quantize for speed, and int8 is not always faster on ONNX Runtime's CPU kernels: on a small
+MobileNetV3 int8 depthwise QLinearConv on small maps is slower than fp32's NCHWc depthwise conv, and
+the SE blocks' small QLinearMul / QLinearGlobalAveragePool cost more than their float ops (figures:
+docs/experiments.md, "Speed fallback"). Measured, not assumed: after calibration
 (qparams known, nothing is recalibrated) QDQ variants of the plan are timed against each other:
 
     1. float model vs every pattern int8
@@ -37,8 +37,9 @@ from qnnx.autoquant.patterns import PatternMatch, pattern_named
 from qnnx.autoquant.plan import Plan, plan
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
-from qnnx.targets import target
+from qnnx.errors import QnnxError
 from qnnx.ir import const_array
+from qnnx.targets import target
 
 Timer = Callable[[Sequence[ir.Model], dict, int], list[float]]
 
@@ -47,7 +48,7 @@ Timer = Callable[[Sequence[ir.Model], dict, int], list[float]]
 KINDS = ("depthwise conv", "elementwise", "binary", "pool", "scale", "concat", "softmax", "gelu",
          "pointwise conv", "conv", "conv transpose", "matmul/gemm")
 # A variant replaces the current best only when at least this much faster: medians of interleaved
-# runs on a shared 2-core machine still move by 1-2% between timings.
+# runs on a shared machine still move by a percent or two between timings.
 MARGIN = 0.03
 SECONDS_PER_TIMING = 0.25  # per model in one timing: repeats = this / latency, within REPEATS
 REPEATS = (15, 400)
@@ -102,8 +103,17 @@ class SpeedReport:
     timings: int
     seconds: float
     skipped: str = ""  # speed_fallback="auto" stopped early: why (no kind was tried)
+    replayed: bool = False  # decisions from a speed plan, nothing timed
+
+    def plan(self) -> tuple[str, ...]:
+        """The decisions as a speed plan (RefinementOptions.speed_plan): the kinds left float, or ("all",)."""
+        if self.whole_model_float:
+            return ("all",)
+        return tuple(t.kind for t in self.trials if t.left_float)
 
     def lines(self) -> list[str]:
+        if self.replayed:
+            return [f"speed: plan replayed, nothing timed: {', '.join(self.plan()) or 'every pattern int8'}"]
         if self.skipped and math.isnan(self.int8_ms):  # stopped before timing int8
             return [f"speed (1 thread): float {self.float_ms:.3f} ms; {self.skipped}"]
         out = [f"speed (1 thread): float {self.float_ms:.3f} ms, all int8 {self.int8_ms:.3f} ms "
@@ -232,17 +242,39 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
     return SpeedChoice([m for i, m in enumerate(matches) if i not in excluded], best, reasons, report)
 
 
+def replay(speed_plan: tuple[str, ...], float_model: ir.Model, matches: list[PatternMatch],
+           realize: Callable[[list[PatternMatch]], ir.Model]) -> SpeedChoice:
+    """The choice a speed plan records, without timing anything: its kinds of matches float, or the whole
+    model when the plan is ("all",)."""
+    nan = float("nan")
+    kinds = [match_kind(m) for m in matches]
+    unknown = sorted(set(speed_plan) - set(KINDS) - {"all"} - set(kinds))
+    if unknown:
+        raise QnnxError(f"speed plan names unknown kinds of patterns {', '.join(unknown)}; known: "
+                        f"{', '.join(('all',) + KINDS)}")
+    if "all" in speed_plan:
+        why = "speed: the speed plan keeps the whole model float"
+        report = SpeedReport(nan, nan, [], nan, nan, True, 0, 0.0, replayed=True)
+        return SpeedChoice(None, float_model, {i: why for i in range(len(matches))}, report)
+    trials = [SpeedTrial(k, kinds.count(k), nan, nan, True) for k in speed_plan]
+    reasons = {i: f"speed: the speed plan leaves every {k} float" for i, k in enumerate(kinds) if k in speed_plan}
+    keep = [m for i, m in enumerate(matches) if i not in reasons]
+    report = SpeedReport(nan, nan, trials, nan, nan, False, 0, 0.0, replayed=True)
+    return SpeedChoice(keep, realize(keep), reasons, report)
+
+
 class SpeedFallback(Refinement):
     """``config.refinements.speed_fallback`` "on" / "auto": kinds of matches measured slower in int8 than
     in float on the target go back to float, and their decisions say so. The nodes made float join
     ``keep_float``, so every format agrees with the report. Timing-dependent: off by default."""
 
     name = "speed_fallback"
+    validated = False  # a speed choice: leaving layers float does not need the accuracy it would gain
     reads = ("float_model", "plan", "qparams", "qdq", "exclusions", "samples", "config")
     writes = ("plan", "qdq", "keep_float", "exclusions")
 
     def enabled(self, config) -> bool:
-        return config.refinements.speed_fallback != "off"
+        return config.refinements.speed_fallback != "off" or config.refinements.speed_plan is not None
 
     def apply(self, state):
         config, the_plan = state.config, state.plan
@@ -264,9 +296,12 @@ class SpeedFallback(Refinement):
         def realize(keep: list[PatternMatch]) -> ir.Model:
             return realize_qdq(state.float_model, without(keep), state.qparams, config)
 
-        choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
-                        timer=target(config.target).timer, progress=config.progress, qdq=state.qdq,
-                        auto=config.refinements.speed_fallback == "auto")
+        if config.refinements.speed_plan is not None:
+            choice = replay(config.refinements.speed_plan, state.float_model, the_plan.matches, realize)
+        else:
+            choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
+                            timer=target(config.target).timer, progress=config.progress, qdq=state.qdq,
+                            auto=config.refinements.speed_fallback == "auto")
         if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
             return None, choice.report  # every match stays int8
         reasons = dict(choice.reasons)

@@ -6,15 +6,13 @@ output error. With ``H = E[p p^T]`` the second moment of the input patches ``p``
 ``e^T H e``: correlated inputs let the errors of neighbouring weights cancel or add up.
 
 - A depthwise conv sums only k*k products per output (9 or 25), so the per-tap errors do not average
-  out, and on inputs with a large mean (PP-OCRv4's hard-swish outputs) they add up to a systematic
-  per-channel shift that compounds through the network. One ``H`` (k*k square) per channel. Measured
-  on PP-OCRv4 rec with 16-bit activations (so only weight rounding is left): int8 depthwise weights
-  cost 1.75 points of character accuracy, every other layer's int8 weights none.
+  out, and on inputs with a large mean (hard-swish outputs) they add up to a systematic per-channel
+  shift that compounds through the network. One ``H`` (k*k square) per channel.
 - An ungrouped conv shares one ``H`` ((C_in*k*k) square, from im2col of its inputs) across its output
-  channels. Measured on YOLOv8n (synthetic scenes, fp32 best-class score error at the anchors where
-  fp32 > 0.1, activations left float so only the weights count): nearest rounding rms 0.021, agreement
-  with fp32's detections (hmean) 0.945; this rounding 0.007, 1.000 — each conv's weight-induced output
-  error 5-30x lower.
+  channels; correlated input channels make nearest rounding's output error much larger than it needs
+  to be.
+
+Figures (what int8 weights cost, the error this rounding removes): docs/experiments.md, "Weight rounding".
 
 The weights are rounded one input tap at a time, each tap's rounding error spread onto the taps not
 yet rounded through ``H``'s inverse (GPTQ, Frantar et al. 2022; OBQ error feedback), then polished
@@ -40,14 +38,14 @@ from qnnx.autoquant.refinements.progress import ProgressLine
 from qnnx.ir import const_array
 
 DAMPING = 0.01  # of the mean diagonal, added to H before inverting (GPTQ's default)
-POLISH_ROUNDS = 8  # +-1 sweeps over the taps; rec's layers settle in 2-4
-# Ungrouped convs have hundreds to thousands of taps per sweep: on YOLOv8n the first two sweeps take
-# 9.6% off the error GPTQ leaves, all eight 10.1%, at 4x the time.
+POLISH_ROUNDS = 8  # +-1 sweeps over the taps of a depthwise filter; most layers settle in a few
+# Ungrouped convs have hundreds to thousands of taps per sweep: the first two sweeps take nearly all of
+# what the polish gains, at a fraction of eight's time (figures: docs/experiments.md, "Weight rounding").
 SHARED_POLISH_ROUNDS = 2
 PATCH_BLOCK = 1 << 22  # patch values materialized at once (channel or row blocks of one sample)
 MAX_PATCHES = 1 << 14  # per channel and sample; more output rows are subsampled
 # An ungrouped conv's moment costs positions * taps^2 per sample: positions are subsampled to keep it
-# under this many multiply-adds (YOLOv8n's 2304-tap head convs see 10x10 maps and keep them all).
+# under this many multiply-adds (a head conv with thousands of taps on a small map keeps every position).
 MOMENT_FLOPS = 1 << 32
 MAX_TAPS = 4096  # taps per filter of an ungrouped conv: H is taps^2 float64, its inverse taps^3
 MIN_PATCHES_PER_TAP = 4  # below this many input patches per tap, H is too thin to fit: nearest rounding
@@ -181,8 +179,8 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
     names = sorted({layer.node.inputs[0].name for layer in layers})
     sess = runtime.session(qdq, outputs=names, optimize=False, purpose=" to round conv weights")
     # With every sample the same shape, the first one tells each layer's patch count: a layer that will
-    # have too few (YOLOv8n's stride-32 convs, up to 2304 taps on 10x10 maps) only counts, and its H
-    # (87 MiB of float32 for YOLOv8n's 18 such convs) is never built.
+    # have too few (a stride-32 conv with thousands of taps on a small map) only counts, and its H, the
+    # largest kind there is, is never built.
     fixed = all({n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()}
                 for feed in samples)
     for k, feed in enumerate(samples):
@@ -247,7 +245,7 @@ def _patch_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarray
     """Per input channel of ``x`` (N, C, H, W): the sum of ``p p^T`` and of ``p`` over the depthwise conv's
     input patches ``p`` (k*k taps, zero padding included), and the number of patches per channel. Large
     maps take every r-th output row (at most ``MAX_PATCHES`` per channel and sample): the moments are means
-    over positions and PP-OCRv4 det's 368x368 maps do not need all 135K of them."""
+    over positions and a large map does not need all of its positions."""
     windows, rows, ow = _windows(x, layer, _max_positions(layer, x.shape[1]))
     n, c = windows.shape[:2]
     d = layer.kernel[0] * layer.kernel[1]
@@ -270,7 +268,7 @@ def _im2col_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarra
     d = c * layer.kernel[0] * layer.kernel[1]
     windows, rows, ow = _windows(x, layer, _max_positions(layer, c))
     n = windows.shape[0]
-    # float32 H: every conv's is held until the last sample (YOLOv8n's 64 take 111 MiB so, 222 in float64)
+    # float32 H: every conv's is held until the last sample, so float32 halves the memory float64 would take
     hs, sums = np.zeros((d, d), np.float32), np.zeros(d)
     block = max(1, PATCH_BLOCK // max(1, n * ow * d))  # output rows per copy
     for r0 in range(0, rows, block):

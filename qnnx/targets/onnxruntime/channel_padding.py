@@ -2,9 +2,8 @@
 
 ONNX Runtime's CPU QLinearConv takes its symmetric depthwise kernel (MLAS ``ConvSymDepthwise``,
 vectorized over 64 channels) only when the group count is a multiple of 16 (x86; the weights must be
-int8 with zero zero points). Any other depthwise conv goes to a generic per-pixel loop that is 2-3x
-slower: the PP-OCR direction classifier's 5x5 depthwise convs over 200 channels take 159 us there
-and 62 us at 208 channels (1 thread, same output bits).
+int8 with zero zero points). Any other depthwise conv goes to a generic per-pixel loop that is
+much slower for the same output bits (figures: docs/experiments.md, "ONNX Runtime kernels").
 
 So each such conv's channels are padded to the next multiple, together with everything that carries
 those channels, until convolutions that mix channels:

@@ -2,9 +2,9 @@
 
 A QDQ group ``DQ -> Conv/Gemm/MatMul -> Q`` pays off only when the runtime fuses it into an integer
 kernel (QLinearConv, QGemm, QLinearMatMul). ONNX Runtime keeps the float op, silently, when one of its
-selector rules fails: the model still runs and gives the QDQ graph's numbers, only slowly. It happened
-to 9 of PP-OCRv4 rec's depthwise convs once (a zero-point shift had left their bias scale off
-``x_scale * w_scale``): 24 instead of 14 ms, unnoticed for a session. So the written model is put
+selector rules fails: the model still runs and gives the QDQ graph's numbers, only slowly, and
+nothing says so (it has happened: a zero-point shift had left some convs' bias scale off
+``x_scale * w_scale``; docs/experiments.md, "ONNX Runtime kernels"). So the written model is put
 through ORT's optimizer once and every such group still there is reported.
 
 ORT's QDQ fusions are level-2 ("extended") rewrites; the level-3 layout passes would rename the float
