@@ -385,10 +385,11 @@ def quantize(
         raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
-        print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
-              file=sys.stderr)
     held_out = _samples(val, images, "--val") if val is not None else None
     qm = quantize_model(model, calibration, config, validation=held_out)
+    if random_calibration:  # said of the result, so an error stays the one line on stderr
+        print("qnnx: warning: calibrated on random data; the quantized model's accuracy is not meaningful",
+              file=sys.stderr)
     qm.save(out, format=format.value)
     if speed_plan is not None and config.refinements.speed_plan is None and qm.report.record("speed_fallback"):
         _write_speed_plan(speed_plan, qm.report.record("speed_fallback").plan())

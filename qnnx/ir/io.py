@@ -42,7 +42,7 @@ def load_model(model, *, copy: bool = True) -> ir.Model:
 
 
 def _deserialize(proto: onnx.ModelProto, base_dir: str | None, where: str | None) -> ir.Model:
-    """The checked proto as an ``ir.Model`` (external data resolved against ``base_dir``, nodes
+    """The checked proto as an ``ir.Model`` (external data read from ``base_dir`` into memory, nodes
     sorted topologically when the file lists them out of order)."""
     ordered = check_model(proto, base_dir=base_dir, where=where)
     try:
@@ -52,6 +52,9 @@ def _deserialize(proto: onnx.ModelProto, base_dir: str | None, where: str | None
                         where=where) from None
     if base_dir is not None:
         ir.external_data.set_base_dir(m.graph, base_dir)
+    # Read external data now (it was checked present): ONNX Runtime sessions and the reference evaluator
+    # take the model serialized in memory, where a relative external data path no longer resolves.
+    ir.external_data.load_to_model(m)
     if not ordered:
         m.graph.sort()
     return m

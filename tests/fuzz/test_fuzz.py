@@ -124,8 +124,15 @@ def test_model_commands(case, tmp_path, capsys):
         if _run([command, model, "-o", str(out)], tmp_path, capsys, bad=case.bad, out=out) == 0:
             _runs(out)
             out.unlink()
-    if case.category == "model":
+    if case.category == "model":  # the commands that read a model without writing one, and quantize
         _run(["inspect", model], tmp_path, capsys, bad=case.bad)
+        _run(["bench", model, "--repeats", "1"], tmp_path, capsys, bad=case.bad)
+        (tmp_path / "data").mkdir()
+        _run(["compare", model, model, "--data", str(tmp_path / "data")], tmp_path, capsys, bad=True)  # no samples
+        q = tmp_path / "q.onnx"
+        if _run(["quantize", model, "--random-calibration", "--num-samples", "2", "-o", str(q), *QUICK], tmp_path,
+                capsys, bad=case.bad, out=q) == 0:
+            _runs(q)
 
 
 @pytest.mark.parametrize("case", MODEL_CASES, ids=_ids(MODEL_CASES))

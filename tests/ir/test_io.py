@@ -56,3 +56,20 @@ def test_a_replaced_file_is_whole(tmp_path):
     save_model(_model(), path)
     assert onnx.load(path).graph.node[0].op_type == "Relu"
     np.testing.assert_equal(len(list(tmp_path.iterdir())), 1)
+
+
+def test_external_data_is_read_on_load_so_a_session_from_memory_finds_it(tmp_path):
+    """ONNX Runtime sessions take the model serialized in memory, where w.bin no longer resolves."""
+    from qnnx import runtime
+
+    w = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[2, 2], data_location=onnx.TensorProto.EXTERNAL)
+    entry = w.external_data.add()
+    entry.key, entry.value = "location", "w.bin"
+    (tmp_path / "w.bin").write_bytes(np.array([[1, 2], [3, 4]], np.float32).tobytes())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])], [w])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    m = load_model(tmp_path / "m.onnx")
+    y = runtime.session(m).run(None, {"x": np.array([[1, 1]], np.float32)})[0]
+    np.testing.assert_array_equal(y, [[4, 6]])
