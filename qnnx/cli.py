@@ -100,9 +100,9 @@ def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
 
 def _output_path(out: str, model: str | None = None, calib: str | None = None, val: str | None = None) -> Path:
     """Every command's ``-o``: not an input, not inside an input directory, writable (qnnx.paths)."""
-    from qnnx.paths import check_output
+    from qnnx.paths import check_output, model_files
 
-    return check_output(out, {"model": model, "calibration data": calib, "validation data": val})
+    return check_output(out, {**model_files(model), "calibration data": calib, "validation data": val})
 
 
 def _version(value: bool) -> None:

@@ -1,7 +1,7 @@
 """Output paths, checked before any work: qnnx never writes over what it reads.
 
-An output must not be, or lie inside, any input: the model, a calibration file or the calibration
-directory (``-o samples/000.npy`` would overwrite a sample). It must name a file that can be
+An output must not be, or lie inside, any input: the model, its external data files, a calibration
+file or the calibration directory (``-o samples/000.npy`` would overwrite a sample). It must name a file that can be
 created: not empty, not an existing directory, in a directory that exists (or can be made) and
 takes new files (probed by creating one, so a read-only mount or /sys fails here, not after a
 calibration).
@@ -53,3 +53,36 @@ def check_output(out, inputs: dict | None = None, *, option: str = "-o") -> Path
     except OSError as e:
         raise QnnxError(f"cannot write in {parent}: {e.strerror or e}", where=where) from None
     return path
+
+
+def model_files(model) -> dict:
+    """``{"model": model, "external data file w.bin": path, ...}``: the files a model reads. An
+    unreadable model lists itself only (loading it reports the problem)."""
+    import onnx
+
+    files = {"model": model}
+    if model is None or not Path(model).is_file():
+        return files
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # not a model: load_model says so, naming the file
+        return files
+    base = Path(model).parent
+    for t in _tensors(proto.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), None)
+            if location:
+                files[f"external data file {location}"] = base / location
+    return files
+
+
+def _tensors(graph):
+    """Every TensorProto of ``graph`` and its subgraphs: initializers and tensor attributes."""
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _tensors(g)

@@ -55,3 +55,24 @@ def test_an_existing_directory_or_a_file_as_directory(tmp_path, inputs):
     (tmp_path / "d").mkdir()
     _refused(tmp_path / "d", inputs, "existing directory")
     _refused(tmp_path / "a_file" / "x.onnx", inputs, "is not a directory")
+
+
+def test_the_external_data_of_the_model_is_an_input(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import helper
+
+    from qnnx.paths import model_files
+
+    w = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[1], data_location=onnx.TensorProto.EXTERNAL)
+    entry = w.external_data.add()
+    entry.key, entry.value = "location", "weights.bin"
+    (tmp_path / "weights.bin").write_bytes(np.float32(2).tobytes())
+    g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])], [w])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(g).SerializeToString())
+    files = model_files(tmp_path / "m.onnx")
+    assert files == {"model": tmp_path / "m.onnx", "external data file weights.bin": tmp_path / "weights.bin"}
+    _refused(tmp_path / "weights.bin", files, "refusing to overwrite the input external data file weights.bin")
+    assert model_files(tmp_path / "absent.onnx") == {"model": tmp_path / "absent.onnx"}

@@ -858,6 +858,8 @@ def workspace(d: Path) -> dict:
     _save(_string_model(), d / "string.onnx")
     (d / "a_file").write_bytes(b"x")
     (d / "existing_dir").mkdir()
+    (d / "ext").mkdir()
+    _external(d / "ext", data=np.arange(16, dtype=F32).tobytes())
     return files
 
 
@@ -892,6 +894,8 @@ PATH_CASES: dict[str, Callable[[Path], list[str]]] = {
     "from_qdq_o_in_sys": lambda d: ["from-qdq", str(d / "qdq.onnx"), "-o", "/sys/qnnx-fuzz.onnx"],
     "lower_o_under_a_file": lambda d: ["lower", str(d / "qdq.onnx"), "-o", str(d / "a_file" / "x.onnx")],
     "lower_o_is_the_model": lambda d: ["lower", str(d / "qdq.onnx"), "-o", str(d / "." / "qdq.onnx")],
+    "import_o_is_the_external_data": lambda d: ["import", str(d / "ext" / "model.onnx"), "-o",
+                                                str(d / "ext" / "w.bin")],
 }
 
 OPTION_CASES: dict[str, Callable[[Path], list[str]]] = {
