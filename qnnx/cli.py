@@ -361,6 +361,7 @@ def quantize(
     out = _output_path(output, model, calib, val)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
+        from qnnx.paths import check_creatable
 
         if Path(report_dir).resolve() == out.resolve():
             raise QnnxError("--report and -o name the same path", where=report_dir)
@@ -368,6 +369,7 @@ def quantize(
             if inp is not None and Path(report_dir).resolve() in (Path(inp).resolve(), *Path(inp).resolve().parents):
                 raise QnnxError(f"--report would replace a directory holding the input {inp}", where=report_dir)
         check_report_directory(report_dir)
+        check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
         exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,

@@ -41,18 +41,24 @@ def check_output(out, inputs: dict | None = None, *, option: str = "-o") -> Path
         raise QnnxError(f"{option} is an existing directory; give a file name", where=where)
     if target.exists() and not target.is_file():
         raise QnnxError(f"{option} exists and is not a regular file", where=where)
-    parent = target.parent
+    check_creatable(target, where)
+    return path
+
+
+def check_creatable(target: Path, where: str) -> None:
+    """:class:`QnnxError` unless ``target`` can be created: its nearest existing ancestor is a
+    directory that takes a new file (probed by making and removing one)."""
+    parent = Path(os.path.abspath(target)).parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise QnnxError(f"cannot create {path.name}: {parent} is not a directory", where=where)
+        raise QnnxError(f"cannot create {Path(target).name}: {parent} is not a directory", where=where)
     try:
         fd, probe = tempfile.mkstemp(prefix=".qnnx-probe.", dir=parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
         raise QnnxError(f"cannot write in {parent}: {e.strerror or e}", where=where) from None
-    return path
 
 
 def model_files(model) -> dict:
