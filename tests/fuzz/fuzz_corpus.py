@@ -804,8 +804,23 @@ def calibration_cases() -> list[Case]:
             "model": _save(float_model(), d / "float.onnx"), "calib": _write(d / "calib.npy", _npy_bytes(_sample()))}),
         Case("calibration", "calib_missing", True, lambda d: {
             "model": _save(float_model(), d / "float.onnx"), "calib": d / "absent"}),
+        case("npy_that_is_a_directory", {"0.npy": None}),
+        case("header_claims_a_huge_array", {"0.npy": _huge_header()}),
+        case("scalar_sample", {"0.npy": np.float32(1.0)}),
+        case("complex_samples", {"0.npy": _sample(0).astype(np.complex64)}),
+        case("bool_samples", {"0.npy": np.ones((1, 3, 6, 6), bool)}),
+        case("string_samples", {"0.npy": np.full((1, 3, 6, 6), "a")}),
+        case("float16_samples", {"0.npy": _sample(0).astype(np.float16)}, bad=False),  # odd: cast or refused
+        case("float64_samples", {"0.npy": _sample(0).astype(np.float64)}, bad=False),
         case("valid", good, bad=False),
     ]
+
+
+def _huge_header() -> bytes:
+    """A .npy whose header declares 40 GB of float32 and holds 16 bytes."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 100000, 33334), }"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 16
 
 
 def _npy_bytes(a) -> bytes:
