@@ -47,14 +47,19 @@ def _ort_quantize(task_name: str, calib: list, out_path: str, per_channel: bool 
 
 
 def _qnnx_quantize(model_path: str, calib: list, out_path: str, method: str | None = None,
-                   speed_fallback: str | None = None, options: dict | None = None) -> None:
+                   speed_fallback: str | None = None, options: dict | None = None) -> float:
     """qnnx defaults, or another calibration ``method`` / ``speed_fallback`` ("off" where the cost of
-    calibration itself is measured: ORT's quantizer times nothing) and other QuantConfig ``options``."""
-    from qnnx import QuantConfig, quantize
+    calibration itself is measured: ORT's quantizer times nothing) and other QuantConfig ``options``.
+    Returns the seconds of its calibrate stage (bench/phases.py)."""
+    from qnnx import QuantConfig
+
+    from bench.phases import quantize_timed
 
     options = dict(options or {})
     options.update({k: v for k, v in (("method", method), ("speed_fallback", speed_fallback)) if v is not None})
-    quantize(model_path, calib, QuantConfig(progress=False, **options)).save(out_path)
+    qm, seconds = quantize_timed(model_path, calib, QuantConfig(progress=False, **options))
+    qm.save(out_path)
+    return seconds["calibrate"]
 
 
 def _peak_rss_mib() -> float:
@@ -72,12 +77,13 @@ def _peak_rss_mib() -> float:
 
 
 def _child(fn_name, args, queue, phases):
-    from bench.phases import time_calibration
+    from bench.phases import time_ort_calibration
 
     t = time.perf_counter()  # first: ORT's quantizer is imported in the timed part, as without phases
-    calibration = time_calibration() if phases else None
-    globals()[fn_name](*args)
-    queue.put((time.perf_counter() - t, _peak_rss_mib(), calibration() if calibration else None))
+    ort_calibration = time_ort_calibration() if phases and fn_name == "_ort_quantize" else None
+    qnnx_calibration = globals()[fn_name](*args)  # qnnx's returns its calibrate stage's seconds
+    calibration = ort_calibration() if ort_calibration else qnnx_calibration if phases else None
+    queue.put((time.perf_counter() - t, _peak_rss_mib(), calibration))
 
 
 def timed_quantize(fn_name: str, *args, phases: bool = False) -> tuple:
@@ -96,7 +102,7 @@ def timed_quantize(fn_name: str, *args, phases: bool = False) -> tuple:
 
 
 def latency(paths: dict[str, str], feeds: dict, threads: int, repeats: int) -> dict[str, float]:
-    """Median ms per model, timed interleaved (qnnx.analysis.latency)."""
+    """Median ms per model, timed interleaved (qnnx.targets.onnxruntime.latency)."""
     from qnnx.targets.onnxruntime.latency import median_latency_ms
 
     ms = median_latency_ms(list(paths.values()), feed=feeds, threads=threads, repeats=repeats)

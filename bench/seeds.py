@@ -2,7 +2,7 @@
 two with the calibration samples, so configurations are compared on their mean.
 
     python bench/seeds.py --task ppocr_rec '{}' '{"method": "minmax"}'
-    python bench/seeds.py --task ppocr_rec '{"calibration": "sequential", "sequential_passes": 4}'
+    python bench/seeds.py --task ppocr_rec '{"calibrator": "sequential", "sequential_passes": 4}'
     python bench/seeds.py --task yolov8n_photos '{}' '{"method": "percentile"}' --seeds 0 1 2
 
 The configurations come before ``--seeds`` (argparse would read them as seeds).

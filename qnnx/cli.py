@@ -386,6 +386,8 @@ def quantize(
     if validation is not None and val is not None:
         raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:
+        if images is not None:  # (they would be ignored: random samples are no images)
+            raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
     held_out = _samples(val, images, "--val") if val is not None else None
     qm = quantize_model(model, calibration, config, validation=held_out)

@@ -136,7 +136,7 @@ def test_quantize_writes_a_qdq_model_by_default_and_prints_the_summary(quantize_
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].startswith("quantized 3 pattern(s), 0 node(s) kept in float; calibration")
     assert "on 4 sample(s)" in captured.out and captured.out.rstrip().endswith(f"wrote {out} (qdq)")
-    assert "calibrating 4 samples" in captured.err  # progress, on stderr
+    assert "calibrating 4/4 samples" in captured.err  # progress, on stderr (the data knows its length now)
     assert src.read_bytes() == before
     model = onnx.load(out)
     ops = [n.op_type for n in model.graph.node]
@@ -199,23 +199,30 @@ def test_quantize_exclude_node_option(quantize_case, capsys):
 def test_quantize_sequential_option(quantize_case, capsys):
     src, calib = quantize_case
     out = src.parent / "q.onnx"
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--sequential", "2", "-q"]) == 0
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--calibrator", "sequential",
+                 "--sequential-passes", "2", "-q"]) == 0
     assert "QuantizeLinear" in [n.op_type for n in onnx.load(out).graph.node]
     capsys.readouterr()
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--sequential", "0", "-q"]) == 1
-    assert "sequential_passes must be in [1, 64], got 0" in capsys.readouterr().err
+    assert _exit_code(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--calibrator", "sequential",
+                       "--sequential-passes", "0", "-q"]) == 1
+    assert "--sequential-passes" in capsys.readouterr().err
 
 
 def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
-    from qnnx.autoquant import speed
+    from qnnx.targets import target
 
     def int8_is_slower(models, feed, repeats):  # a fake ONNX Runtime where any QuantizeLinear costs time
         return [2.0 if any(n.op_type == "QuantizeLinear" for n in m.graph) else 1.0 for m in models]
 
-    monkeypatch.setattr(speed, "ort_timer", int8_is_slower)
+    # (the runtime's clock faked on the target the CLI times on, as a failing ir.save is faked elsewhere)
+    monkeypatch.setattr(target("onnxruntime"), "timer", int8_is_slower)
     src, calib = quantize_case
     out = src.parent / "q.onnx"
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "on"]) == 0
+    # a model left all float is an error unless asked for
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "on", "-q"]) == 1
+    assert "nothing was quantized: speed: " in capsys.readouterr().err and not out.exists()
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "on",
+                 "--allow-float"]) == 0
     captured = capsys.readouterr()
     assert "speed: whole model float: float 1.000 ms, best int8 2.000 ms" in captured.err  # progress
     assert "whole model kept float" in captured.out
@@ -227,18 +234,20 @@ def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--speed-fallback", "yes"])
-    assert e.value.code == 1 and "'auto', 'on', 'off'" in capsys.readouterr().err
+    assert e.value.code == 1 and "'off', 'auto', 'on'" in capsys.readouterr().err
 
 
 def _config_field_seen(quantize_case, monkeypatch, argv: list[str], field: str) -> list:
-    """``qnnx quantize`` run with ``argv`` on the quantize case; the QuantConfig ``field`` it passed."""
+    """``qnnx quantize`` run with ``argv`` on the quantize case; the QuantConfig ``field`` (a section's
+    field: ``ranges.method``) it passed. (A spy on the CLI -> config mapping only.)"""
     import qnnx.autoquant
 
     seen = []
     real = qnnx.autoquant.quantize
 
     def spy(model, calibration, config):
-        seen.append(getattr(config, field))
+        section, name = field.split(".")
+        seen.append(getattr(getattr(config, section), name))
         return real(model, calibration, config)
 
     monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
@@ -251,18 +260,18 @@ def _config_field_seen(quantize_case, monkeypatch, argv: list[str], field: str) 
                                          (["hardswish", "silu"], ("hardswish", "silu"))])
 def test_quantize_consumer_function_option(quantize_case, capsys, monkeypatch, argv, want):
     options = [a for name in argv for a in ("--consumer-function", name)]
-    assert _config_field_seen(quantize_case, monkeypatch, options, "consumer_functions") == [want]
+    assert _config_field_seen(quantize_case, monkeypatch, options, "ranges.consumer_functions") == [want]
 
 
 @pytest.mark.parametrize("argv, want", [([], True), (["--no-consumer-weighting"], False),
                                          (["--consumer-weighting"], True)])
 def test_quantize_consumer_weighting_option(quantize_case, capsys, monkeypatch, argv, want):
-    assert _config_field_seen(quantize_case, monkeypatch, argv, "consumer_weighting") == [want]
+    assert _config_field_seen(quantize_case, monkeypatch, argv, "ranges.consumer_weighting") == [want]
 
 
 @pytest.mark.parametrize("argv, want", [([], 0.01), (["--silu-lobe", "0"], 0.0), (["--silu-lobe", "0.05"], 0.05)])
 def test_quantize_silu_lobe_option(quantize_case, capsys, monkeypatch, argv, want):
-    assert _config_field_seen(quantize_case, monkeypatch, argv, "silu_lobe") == [want]
+    assert _config_field_seen(quantize_case, monkeypatch, argv, "ranges.silu_lobe") == [want]
 
 
 def test_quantize_bad_silu_lobe_is_one_line(quantize_case, capsys):
@@ -280,7 +289,7 @@ def test_quantize_unknown_consumer_function_is_one_line(quantize_case, capsys):
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q",
                  "--consumer-function", "gelu"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown consumer function(s) 'gelu'; expected some of sigmoid, silu" in err
+    assert err.count("\n") == 1 and "unknown consumer function(s) 'gelu'; expected some of silu, sigmoid" in err
     assert not out.exists()
 
 
@@ -365,9 +374,8 @@ def test_quantize_help_mentions_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("-o", "--output", "--calib", "--format", "--method", "--percentile", "--activation-dtype",
                    "--per-channel", "--no-per-channel", "--exclude-node", "--exclude-op", "--num-samples", "--seed",
-                   "--sqnr-threshold", "--propagate-error", "--sequential", "--speed-fallback", "--random-calibration",
-                   "--consumer-function", "-q",
-                   "--quiet"):
+                   "--sqnr-threshold", "--calibrator", "--sequential-passes", "--speed-fallback", "--random-calibration",
+                   "--consumer-function", "--allow-float", "-q", "--quiet"):
         assert re.search(rf"(^|[\s,\[]){re.escape(option)}\b", text), option
     for choice in ("qdq", "qnnx", "lowered", "minmax", "moving_average", "percentile", "entropy", "mse", "uint8",
                    "int8", "uint16", "int16"):
@@ -779,24 +787,21 @@ def test_quantize_report_refused_before_quantizing(quantize_case, tmp_path, caps
     assert "calibrating" not in captured.err  # refused before any calibration
 
 
-def test_quantize_bias_correction_and_weight_rounding_reach_the_config(quantize_case, monkeypatch):
-    import qnnx.autoquant.pipeline as pipeline
-
-    seen = []
-    for name in ("correct_biases", "correct_biases_sequentially", "round_conv_weights"):
-        real = getattr(pipeline, name)
-        monkeypatch.setattr(pipeline, name, lambda *a, _n=name, _r=real, **k: seen.append(_n) or _r(*a, **k))
+def test_quantize_bias_correction_and_weight_rounding_reach_the_config(quantize_case, monkeypatch, capsys):
+    # what ran shows in the summary: each refinement's own record
     src, calib = quantize_case
     out = src.parent / "q.onnx"
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q"]) == 0
-    assert seen == ["round_conv_weights", "correct_biases_sequentially"]  # the defaults
-    seen.clear()
-    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "own",
-                 "--weight-rounding", "nearest", "-q"]) == 0
-    assert seen == ["correct_biases"]
-    seen.clear()
+    text = capsys.readouterr().out  # the defaults: gptq rounding, then the sequential correction
+    assert "weights: 1 conv(s) (0 depthwise) rounded for their output error" in text
+    assert "biases: 1 conv(s) corrected for their mean output shift against float in 1 sequential stage(s)" in text
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--bias-correction", "off", "-q"]) == 0
-    assert seen == ["round_conv_weights"]
+    text = capsys.readouterr().out
+    assert "weights: 1 conv(s)" in text and "biases:" not in text
+    seen = _config_field_seen((src, calib), monkeypatch, ["--bias-correction", "own", "--weight-rounding", "nearest"],
+                              "refinements.bias_correction")
+    text = capsys.readouterr().out
+    assert seen == ["own"] and "weights:" not in text and "sequential stage(s)" not in text
 
 
 # --------------------------------------------------------------------------- paths, bench, random calibration

@@ -23,7 +23,7 @@ from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import QuantReport
 from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
-                                   TARGET_CHECK)
+                                   TARGET_CHECK, nothing_quantized)
 from qnnx.autoquant.state import QuantState
 from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
@@ -82,9 +82,10 @@ def _adopt(state: QuantState, other: QuantState) -> QuantState:
     return replace(other, config=state.config, report=state.report)
 
 
-def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
+def run(model, calibration, config: QuantConfig, validation=None, refinements=REFINEMENTS) -> QuantState:
     """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``validation``:
-    held-out samples (or ``config.calibration.validation`` of the calibration samples set apart)."""
+    held-out samples (or ``config.calibration.validation`` of the calibration samples set apart);
+    ``refinements``: the refinements offered, in order (each runs when the config enables it)."""
     state = QuantState(config=config, source=model, data=calibration, report=QuantReport(), validation=validation)
     planned = None
     for stage in STAGES_BEFORE:
@@ -103,7 +104,7 @@ def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
                 state = _adopt(state, plain)
         else:
             plain = state
-    for refinement in REFINEMENTS:
+    for refinement in refinements:
         if refinement.enabled(config):
             state = refine(state, refinement, verdicts)
     if plain is not None and state is not plain:
@@ -115,16 +116,10 @@ def run(model, calibration, config: QuantConfig, validation=None) -> QuantState:
     if state.validation is not None:
         state.report.records["validation"] = ValidationRecord(tuple(verdicts))
     if not state.report.quantized() and not config.allow_float:
-        raise QnnxError("nothing was quantized: " + _why_float(state) + "; the model would be written all float. "
-                        "Pass allow_float=True (--allow-float) to write it anyway")
+        raise nothing_quantized(state.plan)
     for stage in STAGES_AFTER:
         state = stage(state)
     return state
-
-
-def _why_float(state: QuantState) -> str:
-    reasons = {d.reason for d in state.plan.decisions if not d.quantized}
-    return "; ".join(sorted(reasons)[:3]) or "no pattern matched"
 
 
 class QuantizedModel:

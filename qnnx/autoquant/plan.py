@@ -57,6 +57,9 @@ def node_label(node: ir.Node) -> str:
     return node.name or f"{node.op_type}({', '.join(v.name or '?' for v in node.outputs)})"
 
 
+NO_PATTERN = "no quantization pattern for this op"  # the reason of a node no pattern is anchored on
+
+
 class Exclusions:
     """What the user keeps float: node names or glob patterns (``fnmatch``, case-sensitive) and op types.
     ``renames``: prepare's map from a user's node name to the node that now computes it;
@@ -106,7 +109,7 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
         candidates = patterns_for(node.op_type) if node.domain in ("", "ai.onnx") else []
         if not candidates:
             if not ops.quiet(node):
-                decisions.append(Decision(node_label(node), node.op_type, False, "no quantization pattern for this op"))
+                decisions.append(Decision(node_label(node), node.op_type, False, NO_PATTERN))
             continue
         name = node_label(node)
         if node in excluded:

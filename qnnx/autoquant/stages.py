@@ -21,8 +21,8 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
-from qnnx.autoquant.plan import Exclusions, activation_qparams, checked, plan
 from qnnx import runtime
+from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, plan
 from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
 from qnnx.autoquant.qdq import realize_qdq
@@ -156,10 +156,19 @@ def run_plan(state: QuantState) -> QuantState:
     exclusions = Exclusions(state.float_model, state.config, state.renames, state.source_op_types)
     the_plan = plan(state.float_model, state.config, exclusions)
     if not the_plan.matches and not state.config.allow_float:
-        raise QnnxError("nothing was quantized: no node matched a quantization pattern (or every match was "
-                        "excluded); pass allow_float=True (--allow-float) to write the model all float")
+        raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions
     return replace(state, exclusions=exclusions, plan=the_plan)
+
+
+def nothing_quantized(the_plan) -> QnnxError:
+    """The error of a run in which no node ends up quantized (unless ``allow_float``): "nothing to
+    quantize" when no node matched a pattern at all, else "nothing was quantized" and why."""
+    reasons = sorted({d.reason for d in the_plan.decisions if not d.quantized} - {NO_PATTERN})
+    head = ("nothing was quantized: " + "; ".join(reasons[:3])) if reasons else \
+        "nothing to quantize: no node matched a quantization pattern"
+    return QnnxError(head + "; the model would be written all float. Pass allow_float=True (--allow-float) to "
+                     "write it anyway")
 
 
 def run_calibrate(state: QuantState) -> QuantState:

@@ -302,8 +302,8 @@ class CalibrationData:
         s = self._selection
         if s.indices is not None:
             return s.indices[:s.limit]
-        m = self._source.count(s.limit)
-        return range(m if s.limit is None else min(m, s.limit))
+        n = self._source.count(s.limit)  # (a source may count past the limit: only a pass stops at it)
+        return range(n if s.limit is None else min(n, s.limit))
 
     @property
     def source(self):

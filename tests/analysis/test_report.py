@@ -233,10 +233,10 @@ def test_terminal_summary(quantized):
 
 
 def test_summary_groups_many_nodes_with_one_reason():
-    from qnnx.autoquant.config import Decision, QuantReport
+    from qnnx.autoquant.report import CalibrationRecord, Decision, QuantReport
 
     r = QuantReport([Decision(f"n{i}", "Abs", False, "no quantization pattern for this op") for i in range(5)],
-                    1.25, 3)
+                    CalibrationRecord("float", 3, 1.25))
     assert format_summary(r).splitlines() == [
         "quantized 0 pattern(s), 5 node(s) kept in float; calibration 1.2s on 3 sample(s)",
         "  float: Abs 5: no quantization pattern for this op [n0, n1, n2, ... (5)]"]

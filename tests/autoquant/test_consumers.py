@@ -8,7 +8,7 @@ import re
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, qdq_of, qparams_of
+from float_graphs import Graph, conv_weight, qdq_of, qparams_of
 
 import qnnx
 from qnnx import QuantConfig
@@ -141,12 +141,13 @@ def test_consumer_functions_option_is_validated(value, message):
 
 
 def test_channel_balance_defaults_to_off_and_is_validated():
-    assert QuantConfig().effective_channel_balance == 0.0
-    assert QuantConfig(method="percentile").effective_channel_balance == 0.0
-    assert QuantConfig(method="entropy", channel_balance=0.25).effective_channel_balance == 0.25
+    # (off is 0 now, not None)
+    assert QuantConfig().ranges.channel_balance == 0.0
+    assert QuantConfig(method="percentile").ranges.channel_balance == 0.0
+    assert QuantConfig(method="entropy", channel_balance=0.25).ranges.channel_balance == 0.25
     with pytest.raises(qnnx.QnnxError, match="channel_balance needs a histogram method"):
         QuantConfig(method="minmax", channel_balance=0.5)
-    with pytest.raises(qnnx.QnnxError, match=re.escape("channel_balance must be in [0, 1] or None")):
+    with pytest.raises(qnnx.QnnxError, match=re.escape("channel_balance must be in [0, 1], got 2")):
         QuantConfig(channel_balance=2)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from autoquant_helpers import Graph, run_ort
+from float_graphs import Graph, run_ort
 
 import qnnx
 from qnnx import QuantConfig

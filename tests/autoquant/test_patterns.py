@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, samples
+from float_graphs import Graph, conv_weight, samples
 
 import qnnx
 from qnnx import QuantConfig, ops
 from qnnx.autoquant import patterns as P
 from qnnx.autoquant.patterns import MatchFail, Pattern, PatternMatch, Target, patterns_for, register_pattern
-from qnnx.autoquant.pipeline import plan
+from qnnx.autoquant.plan import plan
 from qnnx.autoquant.prepare import prepare
 
 RNG = np.random.default_rng(7)
@@ -338,8 +338,9 @@ def test_adding_a_pattern_is_one_registered_class(toy_pattern):
 
 
 def test_a_registered_pattern_is_simulated_and_calibrated_sequentially_with_no_other_edit(toy_pattern):
-    from qnnx.autoquant.pipeline import calibrate_sequential
+    from qnnx.autoquant.calibration import calibrate_sequential
     from qnnx.autoquant.simulate import simulate_model
+    from qnnx.data import CalibrationData, input_specs
 
     g = Graph()
     c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv", out="c")
@@ -347,8 +348,9 @@ def test_a_registered_pattern_is_simulated_and_calibrated_sequentially_with_no_o
     model = prepare(g.model("y"))
     the_plan = plan(model, QuantConfig(progress=False))
     assert set(simulate_model(model, the_plan)[1]) == {"x", "c", "y"}  # the default simulate covers its targets
-    config = QuantConfig(progress=False, calibration="sequential")
-    roots, *_ = calibrate_sequential(model, the_plan, samples(4, (1, 3, 6, 6)), config)
+    config = QuantConfig(progress=False, calibrator="sequential")
+    data = CalibrationData.from_source(samples(4, (1, 3, 6, 6))).bind(input_specs(model))
+    roots = calibrate_sequential(model, the_plan, data, config).qparams
     assert {r.name for r in roots} == {"x", "c", "y"}
 
 

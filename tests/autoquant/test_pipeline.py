@@ -1,6 +1,6 @@
 """End to end: ``qnnx.quantize(model, calibration, QuantConfig(...))`` on small float graphs.
 
-The shared model (``autoquant_helpers.main_model``: conv+relu -> conv -> residual add -> a*sigmoid(a) -> maxpool ->
+The shared model (``float_graphs.main_model``: conv+relu -> conv -> residual add -> a*sigmoid(a) -> maxpool ->
 globalavgpool -> transpose -> reshape -> matmul) is quantized once with the defaults; other tests
 quantize it (or a smaller graph) with one option changed. Checks:
 
@@ -24,12 +24,15 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from autoquant_helpers import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
+from float_graphs import (Graph, conv_weight, main_model, nodes_by_name, qdq_of, qparams_of, run_ort, run_ref,
                                samples)
 
 import qnnx
-from qnnx import QnnxError, QuantConfig
+from qnnx import QnnxError, QuantConfig, runtime
+from qnnx.autoquant import calibration, stages
+from qnnx.autoquant.calibration import CALIBRATORS
 from qnnx.autoquant.config import METHODS
+from qnnx.autoquant.state import QuantState
 
 RNG = np.random.default_rng(5)
 TEST_INPUTS = samples(8, seed=99)  # held out: same distribution as the calibration set
@@ -301,7 +304,7 @@ def test_a_zero_point_shift_requantizes_the_readers_bias_so_ort_still_fuses_the_
 
 def test_the_report_compares_every_output_with_the_float_model(main_float, main_quantized):
     (out,) = main_quantized.report.outputs
-    assert out.name == "y" and out.samples == QuantConfig().fallback_samples
+    assert out.name == "y" and out.samples == QuantConfig().calibration.refinement_samples
     # The same statistic, computed independently on the same (first) calibration samples.
     want = [run_ort(main_float, {"x": x})[0] for x in samples(16)[:out.samples]]
     got = [run_ort(main_quantized.qdq, {"x": x})[0] for x in samples(16)[:out.samples]]
@@ -462,7 +465,7 @@ def test_excluding_a_node_that_prepare_folded_excludes_the_node_that_absorbed_it
     assert decisions["sig"].quantized
     assert "conv" in qm.keep_float
     assert not qm.qdq.graph.metadata_props and not qm.canonical.graph.metadata_props.get("qnnx.prepare.folded_into")
-    with pytest.raises(QnnxError, match="exclude_nodes names no node of the model: nope"):
+    with pytest.raises(QnnxError, match="--exclude-node 'nope' matches no node of the model"):
         _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), exclude_nodes=("nope",))
 
 
@@ -486,7 +489,8 @@ def test_excluding_a_bias_add_that_hid_a_batch_norm_follows_the_conv_fusion():
 
 
 def test_sqnr_threshold_very_high_sends_every_pattern_back_to_float(main_float):
-    qm = _quantize(main_float, sqnr_threshold_db=1000.0)
+    # (a model left all float is an error unless asked for)
+    qm = _quantize(main_float, sqnr_threshold_db=1000.0, allow_float=True)
     assert len(qm.report.decisions) == 7
     for d in qm.report.decisions:
         assert not d.quantized and math.isfinite(d.sqnr_db), d
@@ -576,13 +580,11 @@ def test_softmax_output_range_is_fixed_to_zero_one_whatever_the_calibration(dtyp
         assert {d.node: d.pattern for d in qm.report.decisions} == {"conv": "conv", "sm": "softmax"}
 
 
-@pytest.mark.parametrize("calibration", ["float", "sequential"])
-def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibration, monkeypatch):
+@pytest.mark.parametrize("calibrator", ["float", "sequential"])
+def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibrator):
     # conv -> Div(6) -> conv and conv -> HardSigmoid -> Mul: the Div output (the input's scale / 6) and
     # the gate ([0, 1]) are read by patterns, so they are their own share roots; observing them was
     # wasted work (their qparams come from the plan), and they must still get those qparams.
-    from qnnx.calibrate import observers
-
     g = Graph()
     x = g.input("x", [1, 3, 6, 6])
     a = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3, k=1), "w1")], name="conv1", out="a")
@@ -590,19 +592,11 @@ def test_values_whose_qparams_follow_from_the_plan_are_not_observed(calibration,
     b = g.node("Conv", [d, g.const(conv_weight(RNG, 4, 4, k=1), "w2")], name="conv2", out="b")
     gate = g.node("HardSigmoid", [b], name="gate", out="gate")
     g.node("Mul", [b, gate], name="mul", out="y")
-    # (weights are observed too, by their own minmax observers; holding each observer keeps its id unique)
-    activation_observers = {}
-    real = observers.Observer.observe
-
-    def observe(self, v):
-        if v.shape[-2:] == (6, 6):
-            activation_observers[id(self)] = self
-        real(self, v)
-
-    monkeypatch.setattr(observers.Observer, "observe", observe)
-    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), calibration=calibration, sequential_passes=2,
-                   speed_fallback="off")
-    assert len(activation_observers) == 4  # x, a, b and y; neither d nor the gate
+    options = dict(calibrator=calibrator, sequential_passes=2)
+    qparams, runs = _calibrated_counting_runs(g.model("y"), samples(4, (1, 3, 6, 6)), **options)
+    assert set(qparams) == {"x", "a", "b", "y"}  # the observed roots; neither d nor the gate
+    assert len({name for names, _, _ in runs for name in names}) == 4  # and nothing else is fetched
+    qm = _quantize(g.model("y"), samples(4, (1, 3, 6, 6)), **options)
     # the Div is a rescaled DequantizeLinear of a's integers (ScalePattern)
     conv2_input = nodes_by_name(qm.qdq)["conv2"].inputs[0].producer()
     (a_scale, a_zp), (d_scale, d_zp) = qparams_of(qdq_of(qm.qdq, "a")[0]), qparams_of(conv2_input)
@@ -715,12 +709,12 @@ def test_num_samples_and_progress(main_float, capsys):
 
 
 @pytest.mark.parametrize("options,message", [
-    (dict(method="kl"), "unknown calibration method 'kl'"),
+    (dict(method="kl"), "method must be one of minmax, moving_average, percentile, entropy, mse, got 'kl'"),
     (dict(activation_dtype="int4"), "activation_dtype must be one of"),
     (dict(weight_dtype="uint8"), "weight_dtype must be one of"),
     (dict(percentile=0), "percentile must be in (0, 100]"),
     (dict(num_samples=0), "num_samples must be >= 1"),
-    (dict(calibration_batch_size=0), "calibration_batch_size must be >= 1"),
+    (dict(batch_size=0), "batch_size must be >= 1"),
     (dict(exclude_nodes="conv1"), "exclude_nodes must be a sequence of names"),
 ])
 def test_config_is_validated(options, message):
@@ -731,7 +725,7 @@ def test_config_is_validated(options, message):
 
 def test_config_from_dict_rejects_unknown_keys():
     assert QuantConfig.from_dict({"method": "mse", "exclude_nodes": ["a"]}).exclude_nodes == ("a",)
-    with pytest.raises(QnnxError, match="unknown QuantConfig option\\(s\\): colour, flavour"):
+    with pytest.raises(QnnxError, match="unknown QuantConfig option 'flavour'"):
         QuantConfig.from_dict({"flavour": 1, "colour": 2})
 
 
@@ -749,7 +743,9 @@ def _peak_bytes(model, n: int) -> int:
     try:
         # percentile: a streaming histogram method whose final search is small, so the peak is dominated
         # by what calibration holds (mse's 2-D range search alone would allocate several MB)
-        qnnx.quantize(model, gen(), QuantConfig(progress=False, method="percentile"))
+        # a callable giving a fresh generator on each pass: the samples are never all held (a one-shot
+        # iterator would be kept in memory, so that every pass reads the same samples)
+        qnnx.quantize(model, gen, QuantConfig(progress=False, method="percentile"))
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -772,7 +768,7 @@ def test_calibration_keeps_no_per_sample_state():
 def test_propagate_error_runs_a_second_pass_on_the_quantized_model(main_float):
     data = samples(6)
     one = qnnx.quantize(main_float, data, QuantConfig(progress=False, method="minmax"))
-    two = qnnx.quantize(main_float, data, QuantConfig(progress=False, method="minmax", propagate_error=True))
+    two = qnnx.quantize(main_float, data, QuantConfig(progress=False, method="minmax", calibrator="propagate_error"))
     assert two.report.calibration_seconds > 0 and two.report.left_in_float == []
     # minmax observers continue across passes: every range can only grow, and some must change
     # because the second pass sees the first pass's quantization error.
@@ -781,9 +777,14 @@ def test_propagate_error_runs_a_second_pass_on_the_quantized_model(main_float):
     assert all(s2[k] >= s1[k] for k in s1) and any(s2[k] > s1[k] for k in s1)
 
 
-def test_propagate_error_refuses_a_one_shot_iterator(main_float):
-    with pytest.raises(qnnx.QnnxError, match="reads the calibration data twice"):
-        qnnx.quantize(main_float, iter(samples(4)), QuantConfig(progress=False, propagate_error=True))
+def test_propagate_error_reads_a_one_shot_iterator_twice_through_the_kept_samples(main_float):
+    # (it used to be refused: CalibrationData now keeps what a one-shot iterator gave, so the second
+    # pass reads the same samples)
+    config = QuantConfig(progress=False, method="minmax", calibrator="propagate_error")
+    once = qnnx.quantize(main_float, iter(samples(4)), config)
+    listed = qnnx.quantize(main_float, samples(4), config)
+    assert once.report.num_samples == 4
+    assert ir.to_proto(once.qdq).SerializeToString() == ir.to_proto(listed.qdq).SerializeToString()
 
 
 def _scales(model) -> dict[str, float]:
@@ -884,11 +885,9 @@ def test_bounded_elementwise_outputs_get_their_whole_range():
     assert y_scale == pytest.approx(2 / 255, rel=1e-6)
 
 
-def test_hard_swish_gate_gets_its_whole_range_unobserved(monkeypatch):
+def test_hard_swish_gate_gets_its_whole_range_unobserved():
     # x * Clip(x + 3, 0, 6) / 6 on data within [-1, 1]: the gate only ever sees [2, 4], yet it is
     # 6 * HardSigmoid(x) and gets [0, 6] without being observed, as HardSigmoid gets [0, 1]
-    from qnnx.calibrate import observers
-
     g = Graph()
     x = g.input("x", [1, 3, 6, 6])
     a = g.node("Conv", [x, g.const(conv_weight(RNG, 4, 3, k=1) * 0.1, "w1")], name="conv1", out="a")
@@ -897,20 +896,13 @@ def test_hard_swish_gate_gets_its_whole_range_unobserved(monkeypatch):
                   name="clip", out="gate")
     m = g.node("Mul", [a, gate], name="mul", out="m")
     g.node("Div", [m, g.const(np.array(6.0, np.float32))], name="div", out="y")
-    observed = set()
-    real = observers.Observer.observe
-
-    def observe(self, v):
-        if np.size(v) > 1:  # (the constant 3 gets qparams of its own)
-            observed.add((self, float(np.min(v)), float(np.max(v))))
-        real(self, v)
-
-    monkeypatch.setattr(observers.Observer, "observe", observe)
     data = [np.clip(d, -1, 1) for d in samples(4, (1, 3, 6, 6))]
     qm = _quantize(g.model("y"), data, speed_fallback="off")
     g_scale, g_zp = qparams_of(qdq_of(qm.qdq, "gate")[0])
     assert int(g_zp) == 0 and float(g_scale) == pytest.approx(6 / 255, rel=1e-6)
-    assert not any(2.0 <= lo and hi <= 4.0 for _, lo, hi in observed)  # no observer saw the gate's values
+    _, runs = _calibrated_counting_runs(g.model("y"), data, speed_fallback="off")
+    observed = [(float(np.min(o)), float(np.max(o))) for _, _, outs in runs for o in outs if np.size(o) > 1]
+    assert observed and not any(2.0 <= lo and hi <= 4.0 for lo, hi in observed)  # nothing fetched the gate's values
 
 
 def test_division_after_an_excluded_node_stays_float_instead_of_failing():
@@ -965,77 +957,85 @@ def _batch_model(mix: bool = False):
     return g.model("y")
 
 
-def _quantize_counting_runs(model, data, monkeypatch, **cfg):
-    from qnnx.autoquant import pipeline
+def _calibrated_counting_runs(model, data, **cfg):
+    """Calibrate as quantize does (prepare, smooth, plan, then the configured calibrator), counting the
+    calibrator's ONNX Runtime runs through its ``run`` parameter. Returns (qparams by root value name,
+    [(fetched names, feed, outputs) of each run])."""
+    state = QuantState(config=QuantConfig(progress=False, **cfg), source=model, data=data)
+    for stage in (stages.PREPARE, stages.SMOOTH, stages.PLAN):
+        state = stage(state)
+    runs = []
 
-    runs, real = [], pipeline._run
-    monkeypatch.setattr(pipeline, "_run", lambda s, names, feed: runs.append(feed) or real(s, names, feed))
-    qm = qnnx.quantize(model, data, QuantConfig(progress=False, **cfg))
-    monkeypatch.setattr(pipeline, "_run", real)
-    return qm, runs
+    def counting(sess, names, feed):
+        outs = runtime.run(sess, names, feed)
+        runs.append((list(names), feed, outs))
+        return outs
+
+    calibrate = CALIBRATORS[state.config.calibration.calibrator]
+    result = calibrate(state.float_model, state.plan, state.data, state.config, run=counting)
+    return {v.name: qp for v, qp in result.qparams.items()}, runs
+
+
+def _root_scales(qparams) -> dict[str, float]:
+    return {name: float(np.max(qp.scale)) for name, qp in qparams.items()}
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "mse"])
-def test_calibration_batches_samples_into_one_run(method, monkeypatch):
+def test_calibration_batches_samples_into_one_run(method):
     # partition-invariant observers see the same values in fewer, larger runs: the same qparams
     # (float tolerance: ORT may block a batch's convolution differently from one sample's)
     # (mse's default channel balance weighs each batch by its own statistics: off here, it is not invariant)
     data = samples(20, shape=(1, 3, 12, 12))
     model = _batch_model()
     extra = {"channel_balance": 0.0} if method != "minmax" else {}
-    one, runs_one = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=1,
-                                            **extra)
-    many, runs_many = _quantize_counting_runs(model, data, monkeypatch, method=method, calibration_batch_size=8,
-                                              **extra)
+    one, runs_one = _calibrated_counting_runs(model, data, method=method, batch_size=1, **extra)
+    many, runs_many = _calibrated_counting_runs(model, data, method=method, batch_size=8, **extra)
     assert len(runs_one) == 20
     # the first sample alone (its activations' size sets the batch), a probe of two (and its first
     # sample alone again, to compare), then batches of up to 8
-    assert [f["x"].shape[0] for f in runs_many] == [1, 2, 1, 8, 8, 1]
-    s1, s8 = _scales(one.qdq), _scales(many.qdq)
+    assert [f["x"].shape[0] for _, f, _ in runs_many] == [1, 2, 1, 8, 8, 1]
+    s1, s8 = _root_scales(one), _root_scales(many)
     assert s1.keys() == s8.keys() and s1
     for k in s1:
         np.testing.assert_allclose(s8[k], s1[k], rtol=1e-5, err_msg=k)
 
 
-def test_calibration_does_not_batch_a_model_that_mixes_samples(monkeypatch):
+def test_calibration_does_not_batch_a_model_that_mixes_samples():
     data = samples(6, shape=(1, 3, 12, 12))
     model = _batch_model(mix=True)
-    one, _ = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=1)
-    many, runs = _quantize_counting_runs(model, data, monkeypatch, method="minmax", calibration_batch_size=8)
-    assert [f["x"].shape[0] for f in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
-    assert _scales(many.qdq) == _scales(one.qdq)
+    one, _ = _calibrated_counting_runs(model, data, method="minmax", batch_size=1)
+    many, runs = _calibrated_counting_runs(model, data, method="minmax", batch_size=8)
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 2, 1, 1, 1, 1, 1]  # the probe failed: one sample per run
+    assert _root_scales(many) == _root_scales(one)
 
 
 @pytest.mark.parametrize("why,model_fn,cfg", [
     ("moving average depends on batch boundaries", lambda: _batch_model(), dict(method="moving_average")),
     ("static batch dim", lambda: main_model(), dict(method="minmax")),
 ])
-def test_calibration_keeps_one_sample_per_run(why, model_fn, cfg, monkeypatch):
+def test_calibration_keeps_one_sample_per_run(why, model_fn, cfg):
     shape = (1, 3, 12, 12) if "moving" in why else (1, 3, 8, 8)
-    _, runs = _quantize_counting_runs(model_fn(), samples(5, shape=shape), monkeypatch, calibration_batch_size=8, **cfg)
-    assert [f["x"].shape[0] for f in runs] == [1] * 5, why
+    _, runs = _calibrated_counting_runs(model_fn(), samples(5, shape=shape), batch_size=8, **cfg)
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1] * 5, why
 
 
 def test_calibration_batch_stays_within_the_activation_budget(monkeypatch):
-    from qnnx.autoquant import pipeline
-
     # per sample this model fetches 3 activations of 6x12x12 or 4x12x12 floats (~6 KB): a 16 KB budget
     # fits two samples per run, an 8 KB budget none (no batch is ever tried then)
-    monkeypatch.setattr(pipeline, "CALIBRATION_BATCH_BYTES", 16 << 10)
-    _, runs = _quantize_counting_runs(_batch_model(), samples(7, shape=(1, 3, 12, 12)), monkeypatch,
-                                      method="minmax", calibration_batch_size=8)
-    assert [f["x"].shape[0] for f in runs] == [1, 2, 1, 2, 2]
-    monkeypatch.setattr(pipeline, "CALIBRATION_BATCH_BYTES", 8 << 10)
-    _, runs = _quantize_counting_runs(_batch_model(), samples(4, shape=(1, 3, 12, 12)), monkeypatch,
-                                      method="minmax", calibration_batch_size=8)
-    assert [f["x"].shape[0] for f in runs] == [1, 1, 1, 1]
+    # (the budget is a setting, not a stage being observed: the runs are counted through ``run``)
+    monkeypatch.setattr(calibration, "CALIBRATION_BATCH_BYTES", 16 << 10)
+    _, runs = _calibrated_counting_runs(_batch_model(), samples(7, shape=(1, 3, 12, 12)), method="minmax",
+                                        batch_size=8)
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 2, 1, 2, 2]
+    monkeypatch.setattr(calibration, "CALIBRATION_BATCH_BYTES", 8 << 10)
+    _, runs = _calibrated_counting_runs(_batch_model(), samples(4, shape=(1, 3, 12, 12)), method="minmax",
+                                        batch_size=8)
+    assert [f["x"].shape[0] for _, f, _ in runs] == [1, 1, 1, 1]
 
 
 def test_the_next_calibration_run_is_under_way_while_the_caller_observes():
     import threading
     import weakref
-
-    from qnnx.autoquant import pipeline
 
     started = {k: threading.Event() for k in range(4)}
 
@@ -1044,7 +1044,7 @@ def test_the_next_calibration_run_is_under_way_while_the_caller_observes():
         return np.full(3, group[0], np.float32)
 
     seen, alive = [], []
-    for group, runs in pipeline._overlapped(run, iter([[0], [1], [2], [3]])):
+    for group, runs in calibration._overlapped(run, iter([[0], [1], [2], [3]])):
         k = group[0]
         if k < 3:  # the caller is still holding run k's outputs: run k + 1 must already have started
             assert started[k + 1].wait(timeout=10), f"run {k + 1} did not start while run {k} was observed"
@@ -1054,12 +1054,10 @@ def test_the_next_calibration_run_is_under_way_while_the_caller_observes():
         if k >= 1:  # run k - 1's outputs were dropped by the generator too
             assert alive[k - 1]() is None, f"run {k - 1}'s outputs are still alive at group {k}"
     assert seen == [(k, [float(k)] * 3) for k in range(4)]
-    assert list(pipeline._overlapped(run, iter([]))) == []
+    assert list(calibration._overlapped(run, iter([]))) == []
 
 
 def test_a_failed_calibration_run_in_the_worker_reaches_the_caller():
-    from qnnx.autoquant import pipeline
-
     def run(group):
         if group[0] == 2:
             raise QnnxError("ONNX Runtime failed on a sample: boom")
@@ -1067,15 +1065,13 @@ def test_a_failed_calibration_run_in_the_worker_reaches_the_caller():
 
     got = []
     with pytest.raises(QnnxError, match="failed on a sample: boom"):
-        for group, _ in pipeline._overlapped(run, iter([[0], [1], [2], [3]])):
+        for group, _ in calibration._overlapped(run, iter([[0], [1], [2], [3]])):
             got.append(group[0])
     assert got == [0, 1]
 
 
 @pytest.mark.parametrize("cores,threads", [(1, 1), (2, 1), (8, 7)])
 def test_calibration_sessions_leave_one_core_to_the_observers(cores, threads, monkeypatch):
-    from qnnx.autoquant import pipeline
-
-    monkeypatch.setattr(pipeline.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    assert pipeline._calibration_threads() == threads
+    monkeypatch.setattr(calibration.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert calibration.calibration_threads() == threads
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, run_ort
+from float_graphs import Graph, conv_weight, run_ort
 from onnx import numpy_helper
 
 import qnnx

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from autoquant_helpers import Graph
+from float_graphs import Graph
 
 from qnnx.autoquant.prepare import prepare, prepared
 from qnnx.autoquant.stages import _output_mismatch

@@ -21,9 +21,9 @@ import rapidocr_onnxruntime  # noqa: E402
 
 import qnnx  # noqa: E402
 from qnnx import QuantConfig  # noqa: E402
-from qnnx.autoquant.qdq import for_onnx_runtime  # noqa: E402
 from qnnx.examples.ppocr_cls import crops, load_classifier  # noqa: E402
 from qnnx.examples.text_lines import text_line  # noqa: E402
+from qnnx.targets import target  # noqa: E402
 
 UNTIMED = QuantConfig(progress=False, speed_fallback="off")
 
@@ -40,10 +40,11 @@ def test_ppocr_cls_depthwise_convs_are_padded_with_the_same_bits_and_every_group
     clf = load_classifier()
     calibration, _ = crops(clf, 8, 0, 0)
     qm = qnnx.quantize(str(clf.path), calibration, UNTIMED)
-    padded, records = for_onnx_runtime(qm.qdq)
+    padded, records = target("onnxruntime").export(qm.qdq), qm.report.record("onnxruntime").padding
     assert sorted(r.channels for r in records if r.padded) == [8, 24, 40, 88, 88, 104, 200, 200]
     assert all(r.padded % 16 == 0 for r in records if r.padded)
-    assert qm.report.unfused == [] and qm.report.fusable >= 40
+    ort_record = qm.report.record("onnxruntime")
+    assert ort_record.unfused == [] and ort_record.fusable >= 40
     for x in crops(clf, 4, 0, 1)[0]:
         np.testing.assert_array_equal(_run(padded, {clf.input_name: x}), _run(qm.qdq, {clf.input_name: x}))
 
@@ -62,14 +63,15 @@ def _rec_input(seed: int) -> np.ndarray:
 def test_ppocr_rec_every_quantized_conv_is_an_integer_kernel():
     path = Path(rapidocr_onnxruntime.__file__).parent / "models" / "ch_PP-OCRv4_rec_infer.onnx"
     qm = qnnx.quantize(str(path), [_rec_input(i) for i in range(8)], UNTIMED)
-    assert qm.report.fusable >= 40
+    ort_record, rounding = qm.report.record("onnxruntime"), qm.report.record("weight_rounding").layers
+    assert ort_record.fusable >= 40
     # The defaults re-round the 14 depthwise convs' weights and the ungrouped convs' that see enough input
     # patches (not the SE blocks' 1x1 convs on pooled maps: 8 patches for 60-480 taps), and correct every
     # conv's int32 bias: the biases stay at x_scale * w_scale, so ORT still fuses every group.
-    depthwise = [r for r in qm.report.rounding if r.depthwise]
+    depthwise = [r for r in rounding if r.depthwise]
     assert len(depthwise) == 14 and all(r.gain_db > 1 and not r.reason for r in depthwise)
-    rounded = [r for r in qm.report.rounding if not r.depthwise and not r.reason]
+    rounded = [r for r in rounding if not r.depthwise and not r.reason]
     assert len(rounded) >= 15 and all(r.gain_db > 1 for r in rounded)
-    assert all("too few to rank roundings by" in r.reason for r in qm.report.rounding if r.reason)
-    assert len(qm.report.corrections) >= 38
-    assert qm.report.unfused == [], qm.report.unfused
+    assert all("too few to rank roundings by" in r.reason for r in rounding if r.reason)
+    assert len(qm.report.record("bias_correction").corrections) >= 38
+    assert ort_record.unfused == [], ort_record.unfused

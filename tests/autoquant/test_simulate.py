@@ -11,14 +11,17 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, main_model, run_ort, samples
+from float_graphs import Graph, conv_weight, main_model, run_ort, samples
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant import pipeline as P
+from qnnx.autoquant.calibration import calibrate_float, calibrate_sequential
+from qnnx.autoquant.plan import activation_qparams, concat_inputs_take_output_qparams, plan
 from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
 from qnnx.calibrate import quant_range
+from qnnx.data import CalibrationData, input_specs
 
 RNG = np.random.default_rng(11)
 CFG = QuantConfig(progress=False)
@@ -104,10 +107,12 @@ CASES = {
 
 def _chosen(float_model, the_plan, data, config=CFG):
     """The activation qparams quantize() realizes (calibration, then Concat inputs take the output's)."""
-    roots, *_ = P.calibrate(float_model, the_plan, data, config)
-    act = P.activation_qparams(the_plan, roots, config)
-    P._concat_inputs_take_output_qparams(the_plan, act)
-    return act
+    roots = calibrate_float(float_model, the_plan, _bound(data, float_model), config).qparams
+    return concat_inputs_take_output_qparams(the_plan, activation_qparams(the_plan, roots, config))
+
+
+def _bound(source, float_model):
+    return CalibrationData.from_source(source).bind(input_specs(float_model))
 
 
 @pytest.mark.parametrize("standard", [False, True], ids=["dialect", "standard"])
@@ -115,10 +120,10 @@ def _chosen(float_model, the_plan, data, config=CFG):
 def test_simulated_model_fed_the_chosen_qparams_gives_the_qdq_outputs_bit_for_bit(case, standard):
     proto, shape = CASES[case]()
     fm = prepare(proto)
-    the_plan = P.plan(fm, CFG)
+    the_plan = plan(fm, CFG)
     assert the_plan.matches
     act = _chosen(fm, the_plan, samples(6, shape))
-    qdq = P.realize_qdq(fm, the_plan, act, CFG)
+    qdq = realize_qdq(fm, the_plan, act, CFG)
     sim, inputs = simulate_model(fm, the_plan, CFG, standard=standard)
     assert set(inputs) == set(act)
     if not standard:
@@ -139,10 +144,10 @@ def test_weights_of_a_layer_whose_bias_does_not_fit_are_rescaled_at_run_time_lik
     g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(w, "w"), g.const(np.array([0.1, 40.0, -.2, .3], np.float32))],
            name="conv", pads=[1, 1, 1, 1], out="y")
     fm = prepare(g.model("y"))
-    the_plan = P.plan(fm, CFG)
+    the_plan = plan(fm, CFG)
     act = _chosen(fm, the_plan, samples(4, (1, 3, 6, 6)))
     act["x"] = qnnx.calibrate.QParams(np.float32(1e-7), np.uint8(128), "uint8")  # 40 / (1e-7 * w_scale) > 2**30
-    qdq = P.realize_qdq(fm, the_plan, act, CFG)
+    qdq = realize_qdq(fm, the_plan, act, CFG)
     sim, inputs = simulate_model(fm, the_plan, CFG, standard=standard)
     lowered = qnnx.lower(sim)
     x = samples(1, (1, 3, 6, 6))[0] * 1e-5
@@ -164,7 +169,7 @@ def test_disabled_values_pass_through_in_float():
     m = g.node("Mul", [x, g.node("Sigmoid", [x], name="sig")], name="mul")  # no weights: all float when disabled
     g.node("GlobalAveragePool", [m], name="gap", out="y")
     fm = prepare(g.model("y"))
-    the_plan = P.plan(fm, CFG)
+    the_plan = plan(fm, CFG)
     act = _chosen(fm, the_plan, samples(4, (1, 3, 4, 4)))
     sim, inputs = simulate_model(fm, the_plan, CFG)
     sess = _session(qnnx.lower(sim))
@@ -177,7 +182,7 @@ def test_disabled_values_pass_through_in_float():
 
 def test_qparams_are_inputs_one_session_gives_other_outputs():
     fm = prepare(main_model())
-    the_plan = P.plan(fm, CFG)
+    the_plan = plan(fm, CFG)
     act = _chosen(fm, the_plan, samples(6))
     sim, inputs = simulate_model(fm, the_plan, CFG)
     sess = _session(qnnx.lower(sim))
@@ -192,7 +197,7 @@ def test_qparams_are_inputs_one_session_gives_other_outputs():
 
 def test_a_graph_output_keeps_its_name_and_its_float_value_is_observed():
     fm = prepare(main_model())
-    sim, inputs = simulate_model(fm, P.plan(fm, CFG), CFG)
+    sim, inputs = simulate_model(fm, plan(fm, CFG), CFG)
     assert [o.name for o in sim.graph.outputs] == ["y"]
     assert inputs["y"].observed == "y_float" and inputs["x"].observed == "x"
 
@@ -201,14 +206,16 @@ def test_a_graph_output_keeps_its_name_and_its_float_value_is_observed():
 
 
 class _Counted:
-    """A re-iterable calibration source that counts the passes over it."""
+    """A re-iterable calibration source that counts the passes reading it (an iterator made and left
+    unread, as CalibrationData.from_source does to tell a one-shot iterator, is not a pass)."""
 
     def __init__(self, data):
         self.data, self.passes = data, 0
 
     def __iter__(self):
-        self.passes += 1
-        return iter(self.data)
+        for i, sample in enumerate(self.data):
+            self.passes += i == 0
+            yield sample
 
 
 def _deep_model():
@@ -225,16 +232,19 @@ def _deep_model():
 @pytest.mark.parametrize("passes", [1, 3, 8])
 def test_sequential_calibration_streams_a_bounded_number_of_passes_and_gives_valid_qparams(passes):
     fm = prepare(_deep_model())
-    the_plan = P.plan(fm, CFG)
-    config = QuantConfig(progress=False, method="minmax", calibration="sequential", sequential_passes=passes)
+    the_plan = plan(fm, CFG)
+    config = QuantConfig(progress=False, method="minmax", calibrator="sequential", sequential_passes=passes)
     data = _Counted(samples(8, (1, 4, 6, 6)))
-    roots, n, _, kept = P.calibrate_sequential(fm, the_plan, data, config)
-    assert n == 8 and data.passes == min(passes, len(set(the_plan.groups.values())))
+    result = calibrate_sequential(fm, the_plan, _bound(data, fm), config)
+    roots, stages = result.qparams, min(passes, len(set(the_plan.groups.values())))
+    # one pass per stage, and one more in which CalibrationData counts the samples of a re-iterable
+    # source (without loading them; it remembers the count)
+    assert result.samples == 8 and result.passes == stages and data.passes == stages + 1
     assert set(roots) == set(the_plan.groups.values())
     lo, hi = quant_range("uint8")
     for qp in roots.values():
         assert np.all(np.asarray(qp.scale) > 0) and lo <= int(qp.zero_point) <= hi
-    floating, *_ = P.calibrate(fm, the_plan, samples(8, (1, 4, 6, 6)), replace_method(config))
+    floating = calibrate_float(fm, the_plan, _bound(samples(8, (1, 4, 6, 6)), fm), config).qparams
     by_name = {r.name: r for r in roots}
     # The input is observed before anything is quantized: the same range as float calibration.
     assert roots[by_name["x"]] == floating[by_name["x"]]
@@ -245,27 +255,27 @@ def test_sequential_calibration_streams_a_bounded_number_of_passes_and_gives_val
     assert any(roots[r] != floating[r] for r in roots)
 
 
-def replace_method(config):
-    from dataclasses import replace
-
-    return replace(config, calibration="float")
-
-
 def test_quantize_with_sequential_calibration_runs_and_stays_close_to_float():
     data = samples(8)
     float_out = run_ort(main_model(), {"x": data[0]})[0]
-    qm = qnnx.quantize(main_model(), data, QuantConfig(progress=False, calibration="sequential"))
+    qm = qnnx.quantize(main_model(), data, QuantConfig(progress=False, calibrator="sequential"))
     out = run_ort(qm.qdq, {"x": data[0]})[0]
     cos = float(np.dot(out.ravel(), float_out.ravel()) / np.linalg.norm(out) / np.linalg.norm(float_out))
     assert cos > 0.99
 
 
 def test_sequential_calibration_config_is_validated():
-    with pytest.raises(qnnx.QnnxError, match="unknown calibration 'topological'"):
-        QuantConfig(calibration="topological")
+    # (sequential and propagate_error are values of the one ``calibrator`` option: they cannot be combined)
+    with pytest.raises(qnnx.QnnxError, match="calibrator must be one of .*got 'topological'"):
+        QuantConfig(calibrator="topological")
     with pytest.raises(qnnx.QnnxError, match="sequential_passes"):
-        QuantConfig(calibration="sequential", sequential_passes=0)
-    with pytest.raises(qnnx.QnnxError, match="choose one"):
-        QuantConfig(calibration="sequential", propagate_error=True)
-    with pytest.raises(qnnx.QnnxError, match="twice or more"):
-        qnnx.quantize(main_model(), iter(samples(4)), QuantConfig(progress=False, calibration="sequential"))
+        QuantConfig(calibrator="sequential", sequential_passes=0)
+
+
+def test_sequential_calibration_reads_a_one_shot_iterator_through_the_kept_samples():
+    # (it used to be refused: CalibrationData keeps what a one-shot iterator gave, so every pass reads it)
+    config = QuantConfig(progress=False, calibrator="sequential")
+    once = qnnx.quantize(main_model(), iter(samples(4)), config)
+    listed = qnnx.quantize(main_model(), samples(4), config)
+    assert once.report.num_samples == 4
+    assert ir.to_proto(once.qdq).SerializeToString() == ir.to_proto(listed.qdq).SerializeToString()

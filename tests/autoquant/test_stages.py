@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from autoquant_helpers import Graph, main_model, samples
+from float_graphs import Graph, main_model, samples
 
 from qnnx import QnnxError, QuantConfig
 from qnnx.autoquant import pipeline, stages

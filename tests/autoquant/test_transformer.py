@@ -12,14 +12,15 @@ from functools import cache
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, nodes_by_name, qdq_of, run_ort
+from float_graphs import Graph, nodes_by_name, qdq_of, run_ort
 
 import qnnx
 from qnnx import QnnxError, QuantConfig
 from qnnx.autoquant.patterns import MatchFail, patterns_for
-from qnnx.autoquant.pipeline import plan
+from qnnx.autoquant.plan import plan
 from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.smoothing import smooth, smoothing_sites
+from qnnx.data import CalibrationData, input_specs
 
 RNG = np.random.default_rng(11)
 H, F, T = 16, 32, 6  # hidden, FFN width, tokens
@@ -178,7 +179,8 @@ def test_smoothing_is_exact_in_float_and_moves_the_outlier_into_the_weights():
     model = prepare(_layer())
     assert [s.norm.name for s in smoothing_sites(model.graph)] == ["ln1"]
     ref = [run_ort(model, f)[0] for f in calib]
-    smoothed, _ = smooth(model, calib, QuantConfig(progress=False))
+    data = CalibrationData.from_source(calib).bind(input_specs(model))
+    smoothed = smooth(model, data, QuantConfig(progress=False).refinements.smoothing_alpha)
     nodes = nodes_by_name(smoothed)
     assert nodes["residual"].inputs[1].name == "n1" and nodes["residual"].inputs[1].producer().op_type == "Mul"
     for f, r in zip(calib, ref):

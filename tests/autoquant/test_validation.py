@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from autoquant_helpers import main_model, samples
+from float_graphs import main_model, samples
 
 import qnnx
 from qnnx import QnnxError, QuantConfig

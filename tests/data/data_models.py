@@ -1,5 +1,5 @@
 """Tiny float models for the calibration-data tests (onnx.helper, opset 17): only their inputs matter,
-and a few are quantized end to end. A plain module, not a conftest (see tests/autoquant/autoquant_helpers.py)."""
+and a few are quantized end to end. A plain module, not a conftest (see tests/float_graphs.py)."""
 
 from __future__ import annotations
 

@@ -273,6 +273,9 @@ class SpeedFallback(Refinement):
     reads = ("float_model", "plan", "qparams", "qdq", "exclusions", "samples", "config")
     writes = ("plan", "qdq", "keep_float", "exclusions")
 
+    def __init__(self, timer: Timer | None = None):
+        self.timer = timer  # None: the config's target's timer (another one: tests, or a remote device)
+
     def enabled(self, config) -> bool:
         return config.refinements.speed_fallback != "off" or config.refinements.speed_plan is not None
 
@@ -300,7 +303,7 @@ class SpeedFallback(Refinement):
             choice = replay(config.refinements.speed_plan, state.float_model, the_plan.matches, realize)
         else:
             choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
-                            timer=target(config.target).timer, progress=config.progress, qdq=state.qdq,
+                            timer=self.timer or target(config.target).timer, progress=config.progress, qdq=state.qdq,
                             auto=config.refinements.speed_fallback == "auto")
         if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
             return None, choice.report  # every match stays int8

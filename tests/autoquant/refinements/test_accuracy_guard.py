@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autoquant_helpers import Graph  # noqa: E402
+from float_graphs import Graph
 
-import qnnx  # noqa: E402
-from qnnx import QnnxError, QuantConfig  # noqa: E402
+import qnnx
+from qnnx import QnnxError, QuantConfig
 
 
 def _cancellation():

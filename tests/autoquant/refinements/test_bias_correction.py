@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, run_ort
+from float_graphs import Graph, conv_weight, run_ort
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.bias_correction import bias_dequantize, stages
+from qnnx.autoquant.refinements.bias_correction import bias_dequantize, stages
 from qnnx.errors import QnnxError
 from qnnx.ir import const_array
 
@@ -103,7 +103,7 @@ def test_sequential_correction_matches_every_conv_mean_to_float_on_its_samples()
     rng = np.random.default_rng(4)
     model = _chain(rng)
     calib = _samples(rng, 8)
-    cfg = dict(progress=False, speed_fallback="off", fallback_samples=8, calibration_batch_size=1,
+    cfg = dict(progress=False, speed_fallback="off", refinement_samples=8, batch_size=1,
                weight_rounding="nearest")  # the weight rounding's own mean fold would shrink the shifts first
     off = qnnx.quantize(model, calib, QuantConfig(bias_correction="off", **cfg))
     seq = qnnx.quantize(model, calib, QuantConfig(bias_correction="sequential", **cfg))
@@ -124,13 +124,13 @@ def test_sequential_correction_matches_every_conv_mean_to_float_on_its_samples()
     shift = max(np.abs(before[v] - want[v]).max() for v in names.values())
     assert shift > 50 * max(np.asarray(const_array(bias_dequantize(n).inputs[1])).max()
                             for n in seq.qdq.graph if n.op_type == "Conv")  # there was something to correct
-    records = {r.node: r for r in seq.report.corrections}
+    records = {r.node: r for r in seq.report.record("bias_correction").corrections}
     assert [(n, records[n].stage) for n in sorted(records)] == [("conv1", 0), ("conv2", 1), ("conv3", 2)]
     assert all(r.shift_rms > 0 and 0 < r.relative < 1 for r in records.values())
     assert ("3 conv(s) corrected for their mean output shift against float in 3 sequential stage(s)"
             in seq.report.summary())
-    assert not off.report.corrections
-    check = seq.report.correction_check  # kept: the output agrees better with float than before
+    assert off.report.record("bias_correction") is None  # not run
+    check = seq.report.record("bias_correction").check  # kept: the output agrees better with float than before
     assert check.kept and check.layers == 3 and check.after > check.before
     assert f"outputs' mean per-channel cosine {check.before:.4f} -> {check.after:.4f}" in seq.report.summary()
 
@@ -138,8 +138,8 @@ def test_sequential_correction_matches_every_conv_mean_to_float_on_its_samples()
 def test_a_correction_that_makes_the_outputs_worse_is_undone(monkeypatch):
     """The check after the correction (bias_correction.CorrectionCheck): a correction whose outputs agree
     worse with float than before it is taken back, and the report says so."""
-    import qnnx.autoquant.pipeline as pipeline
-    from qnnx.autoquant.bias_correction import CorrectionRecord, add_to_bias
+    from qnnx.autoquant.refinements import bias_correction
+    from qnnx.autoquant.refinements.bias_correction import CorrectionRecord, add_to_bias
 
     def harmful(float_model, qdq, samples, progress=False):  # shifts every conv's output by +2 per channel
         nodes = [n for n in qdq.graph if n.op_type == "Conv" and bias_dequantize(n) is not None]
@@ -150,13 +150,15 @@ def test_a_correction_that_makes_the_outputs_worse_is_undone(monkeypatch):
     rng = np.random.default_rng(4)
     model = _chain(rng)
     calib = _samples(rng, 8)
-    cfg = dict(progress=False, speed_fallback="off", fallback_samples=8, calibration_batch_size=1)
+    cfg = dict(progress=False, speed_fallback="off", refinement_samples=8, batch_size=1)
     off = qnnx.quantize(model, calib, QuantConfig(bias_correction="off", **cfg))
-    monkeypatch.setattr(pipeline, "correct_biases_sequentially", harmful)
+    # (a fault injected into the correction, not a stage observed: the refinement's own check must catch it)
+    monkeypatch.setattr(bias_correction, "correct_biases_sequentially", harmful)
     seq = qnnx.quantize(model, calib, QuantConfig(bias_correction="sequential", **cfg))
-    check = seq.report.correction_check
+    record = seq.report.record("bias_correction")
+    check = record.check
     assert not check.kept and check.layers >= 1 and check.after < check.before - 0.01
-    assert seq.report.corrections == [] and seq.report.outputs == off.report.outputs
+    assert record.corrections == [] and seq.report.outputs == off.report.outputs
     x = calib[0]
     np.testing.assert_array_equal(run_ort(seq.qdq, {"x": x})[0], run_ort(off.qdq, {"x": x})[0])
     assert (f"correction of {check.layers} conv(s) undone: the outputs' mean per-channel cosine to float fell "
@@ -179,9 +181,9 @@ def test_stages_put_independent_convs_together():
 
 
 def test_bias_correction_values():
-    assert QuantConfig(bias_correction=True).bias_correction == "own"
-    assert QuantConfig(bias_correction=False).bias_correction == "off"
-    assert QuantConfig().bias_correction == "sequential"
+    assert QuantConfig(bias_correction=True).refinements.bias_correction == "own"
+    assert QuantConfig(bias_correction=False).refinements.bias_correction == "off"
+    assert QuantConfig().refinements.bias_correction == "sequential"
     with pytest.raises(QnnxError, match="bias_correction must be one of off, own, sequential"):
         QuantConfig(bias_correction="all")
 

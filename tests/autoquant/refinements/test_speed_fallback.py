@@ -1,6 +1,7 @@
-"""Speed-aware fallback (``QuantConfig(speed_fallback="on" | "auto")``, qnnx/autoquant/speed.py).
+"""Speed-aware fallback (``QuantConfig(speed_fallback="on" | "auto")``, autoquant/refinements/speed_fallback.py).
 
-The greedy logic is tested with a fake timer (``speed.ort_timer`` monkeypatched): each model's
+The greedy logic is tested with a fake timer (``SpeedFallback(timer)``, run by the pipeline's runner in
+place of the default refinement, or ``choose(..., timer=)``): each model's
 "latency" is the sum of per-node costs, a node counting as int8 when every float input it reads
 comes from a DequantizeLinear (ONNX Runtime's condition for fusing it into an integer kernel).
 One test runs the real timer on ONNX Runtime and asserts only what does not depend on timing.
@@ -11,12 +12,16 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, nodes_by_name, run_ort, samples
+from float_graphs import Graph, conv_weight, nodes_by_name, run_ort, samples
 
 import qnnx
 from qnnx import QnnxError, QuantConfig
-from qnnx.autoquant import speed
+from qnnx.autoquant import pipeline
 from qnnx.autoquant.patterns import PatternMatch, Target
+from qnnx.autoquant.pipeline import QuantizedModel
+from qnnx.autoquant.refinements import speed_fallback as speed
+from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
+from qnnx.targets import target
 
 
 def _model():
@@ -61,10 +66,19 @@ def _fake_timer(costs: dict[str, tuple[float, float]], log: list | None = None):
     return timer
 
 
-def _quantize(monkeypatch, costs, **options):
-    monkeypatch.setattr(speed, "ort_timer", _fake_timer(costs))
-    options = {"speed_fallback": True, **options}
-    return qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, **options))
+def _quantize_timed(timer, model=None, calib=CALIB, **options) -> QuantizedModel:
+    """quantize() with the speed fallback timing on ``timer`` (the other refinements as configured)."""
+    refinements = tuple(SpeedFallback(timer) if isinstance(r, SpeedFallback) else r for r in pipeline.REFINEMENTS)
+    config = QuantConfig(**{"progress": False, "speed_fallback": True, **options})
+    return QuantizedModel(pipeline.run(_model() if model is None else model, calib, config, refinements))
+
+
+def _quantize(costs, **options):
+    return _quantize_timed(_fake_timer(costs), **options)
+
+
+def _speed(qm):
+    return qm.report.record("speed_fallback")
 
 
 def _decisions(qm):
@@ -72,39 +86,45 @@ def _decisions(qm):
 
 
 def test_config_validates_speed_fallback():
-    assert QuantConfig().speed_fallback == "auto"
-    with pytest.raises(QnnxError, match="speed_fallback must be one of auto, on, off"):
+    # (off by default now: timing makes the output depend on the machine's load)
+    assert QuantConfig().refinements.speed_fallback == "off"
+    with pytest.raises(QnnxError, match="speed_fallback must be one of off, auto, on"):
         QuantConfig(speed_fallback="yes")
-    assert QuantConfig.from_dict({"speed_fallback": True}).speed_fallback == "on"
-    assert QuantConfig(speed_fallback=False).speed_fallback == "off"
+    assert QuantConfig.from_dict({"speed_fallback": True}).refinements.speed_fallback == "on"
+    assert QuantConfig(speed_fallback=False).refinements.speed_fallback == "off"
 
 
-def test_auto_keeps_int8_without_a_search_when_it_is_clearly_faster(monkeypatch):
+def test_off_never_times():
+    log = []
+    qm = _quantize_timed(_fake_timer({"mm": (2.0, 1.0)}, log), speed_fallback="off")
+    assert log == [] and _speed(qm) is None
+
+
+def test_auto_keeps_int8_without_a_search_when_it_is_clearly_faster():
     # every node 2x faster in int8 except dw (slower): "on" would try it, "auto" stops after one timing
     costs = {"pw": (4, 1), "dw": (1, 3), "add": (2, 1), "sig": (2, 1), "gap": (2, 1), "mm": (2, 1)}
-    qm = _quantize(monkeypatch, costs, speed_fallback="auto")
-    s = qm.report.speed
+    qm = _quantize(costs, speed_fallback="auto")
+    s = _speed(qm)
     assert (s.float_ms, s.int8_ms, s.trials, s.timings) == (13, 8, [], 1)
     assert s.skipped == "auto: all int8 is 1.62x faster than float (>= 1.2x): no kind tried"
     assert all(d.quantized for d in qm.report.decisions if d.pattern) and not qm.keep_float
     assert "no kind tried" in qm.report.summary()
-    assert not _decisions(_quantize(monkeypatch, costs, speed_fallback="on"))["dw"].quantized
+    assert not _decisions(_quantize(costs, speed_fallback="on"))["dw"].quantized
 
 
-def test_auto_searches_when_int8_is_not_clearly_faster(monkeypatch):
+def test_auto_searches_when_int8_is_not_clearly_faster():
     # all int8 only 1.05x faster (dw slow): auto searches and leaves dw float, like "on"
     costs = {"pw": (2, 1), "dw": (1, 5.5), "add": (2, 1), "sig": (2, 1), "gap": (2, 1), "mm": (2, 1)}
-    qm = _quantize(monkeypatch, costs, speed_fallback="auto")
-    assert not qm.report.speed.skipped and qm.report.speed.trials
+    qm = _quantize(costs, speed_fallback="auto")
+    assert not _speed(qm).skipped and _speed(qm).trials
     assert not _decisions(qm)["dw"].quantized
 
 
-def test_auto_does_not_time_tiny_graphs(monkeypatch):
+def test_auto_does_not_time_tiny_graphs():
     log = []
-    monkeypatch.setattr(speed, "ort_timer", _fake_timer({"mm": (speed.AUTO_MIN_FLOAT_MS / 2, 1.0)}, log))
-    qm = qnnx.quantize(_model(), CALIB, QuantConfig(progress=False))  # the default is auto
+    qm = _quantize_timed(_fake_timer({"mm": (speed.AUTO_MIN_FLOAT_MS / 2, 1.0)}, log), speed_fallback="auto")
     assert log == [1]  # the probe only
-    s = qm.report.speed
+    s = _speed(qm)
     assert s.skipped.startswith("auto: under 0.5 ms per run") and s.trials == [] and s.int8_ms != s.int8_ms
     assert "int8 kept without timing it" in qm.report.summary()
     assert all(d.quantized for d in qm.report.decisions if d.pattern)
@@ -125,10 +145,10 @@ def test_match_kinds():
     assert speed.match_kind(PatternMatch("pool", (by_name["gap"],), (x,), ())) == "pool"
 
 
-def test_slower_kind_stays_float_with_the_reason(monkeypatch):
+def test_slower_kind_stays_float_with_the_reason():
     # dw int8 is 4 ms slower; every other node is twice as fast in int8.
     costs = {"pw": (2, 1), "dw": (1, 5), "add": (2, 1), "sig": (2, 1), "gap": (2, 1), "mm": (2, 1)}
-    qm = _quantize(monkeypatch, costs)
+    qm = _quantize(costs)
     d = _decisions(qm)
     assert not d["dw"].quantized
     assert d["dw"].reason.startswith("speed: int8 depthwise conv measured slower than float on ONNX Runtime (model ")
@@ -141,16 +161,16 @@ def test_slower_kind_stays_float_with_the_reason(monkeypatch):
     assert not d["add"].quantized and d["add"].reason == "speed: reads a node left float for speed, so it " \
         "computes in float too"
     assert nodes["add"].inputs[0] is nodes["dw"].outputs[0]
-    trial = next(t for t in qm.report.speed.trials if t.kind == "depthwise conv")
+    trial = next(t for t in _speed(qm).trials if t.kind == "depthwise conv")
     assert trial.left_float and trial.after_ms < trial.before_ms
-    assert not qm.report.speed.whole_model_float
+    assert not _speed(qm).whole_model_float
     assert "depthwise conv (1) float" in qm.report.summary()
     assert "dw" in qm.keep_float and "pw" not in qm.keep_float
     (y,) = run_ort(qm.qdq, {"x": CALIB[0]})
     assert y.shape == (1, 5)
 
 
-def test_a_pattern_reading_a_float_kind_follows_it(monkeypatch):
+def test_a_pattern_reading_a_float_kind_follows_it():
     # x -> conv + relu -> Mul(0.5) -> gap -> flatten -> mm: with the conv float, the scale (a type change of the
     # conv's integers) has nothing to rescale and computes in float too.
     rng = np.random.default_rng(1)
@@ -163,8 +183,7 @@ def test_a_pattern_reading_a_float_kind_follows_it(monkeypatch):
     f = g.node("Flatten", [p], name="flatten", out="f")
     g.node("MatMul", [f, g.const((rng.standard_normal((4, 2)) * 0.3).astype(np.float32), "w_mm")], name="mm",
            out="y")
-    monkeypatch.setattr(speed, "ort_timer", _fake_timer({"c": (1, 5), "gap": (2, 1), "mm": (2, 1)}))
-    qm = qnnx.quantize(g.model("y"), samples(4), QuantConfig(progress=False, speed_fallback=True))
+    qm = _quantize_timed(_fake_timer({"c": (1, 5), "gap": (2, 1), "mm": (2, 1)}), g.model("y"), samples(4))
     d = _decisions(qm)
     assert d["c"].reason.startswith("speed: int8 conv measured slower")
     assert not d["sc"].quantized and d["sc"].reason == "speed: reads a node left float for speed, so it computes " \
@@ -174,19 +193,21 @@ def test_a_pattern_reading_a_float_kind_follows_it(monkeypatch):
     assert nodes_by_name(qm.qdq)["sc"].op_type == "Mul"  # not folded into a DequantizeLinear
 
 
-def test_faster_kinds_stay_int8(monkeypatch):
+def test_faster_kinds_stay_int8():
     costs = {n: (2, 1) for n in ("pw", "dw", "add", "sig", "gap", "mm")}
-    qm = _quantize(monkeypatch, costs)
+    qm = _quantize(costs)
     assert all(d.quantized for d in qm.report.decisions if d.pattern)
-    s = qm.report.speed
+    s = _speed(qm)
     assert (s.float_ms, s.int8_ms, s.final_ms) == (12, 6, 6) and not s.whole_model_float
     assert s.trials and not any(t.left_float for t in s.trials)
 
 
-def test_whole_model_float_when_int8_is_slower(monkeypatch):
+def test_whole_model_float_when_int8_is_slower():
     costs = {n: (1, 2) for n in ("pw", "dw", "add", "sig", "gap", "mm")}
-    qm = _quantize(monkeypatch, costs)
-    assert qm.report.speed.whole_model_float
+    with pytest.raises(QnnxError, match="nothing was quantized: speed: .*allow-float"):
+        _quantize(costs)  # a model left all float is an error unless asked for
+    qm = _quantize(costs, allow_float=True)
+    assert _speed(qm).whole_model_float
     assert not any(d.quantized for d in qm.report.decisions)
     assert all(d.reason.startswith("speed: ") for d in qm.report.decisions if d.pattern)
     assert any("whole model kept float" in d.reason for d in qm.report.decisions)
@@ -194,22 +215,22 @@ def test_whole_model_float_when_int8_is_slower(monkeypatch):
     assert "whole model kept float" in qm.report.summary()
 
 
-def test_int8_only_a_little_faster_than_float_stays_float(monkeypatch):
+def test_int8_only_a_little_faster_than_float_stays_float():
     # 2% faster than float is within the margin: quantizing would cost accuracy for nothing measurable.
     costs = {"mm": (1.0, 0.98)}
-    qm = _quantize(monkeypatch, costs)
-    assert qm.report.speed.whole_model_float
+    qm = _quantize(costs, allow_float=True)
+    assert _speed(qm).whole_model_float
 
 
 @pytest.mark.parametrize("dw_int8, left_float", [(1.04, False), (1.2, True)])
-def test_margin(monkeypatch, dw_int8, left_float):
+def test_margin(dw_int8, left_float):
     # All int8: dw_int8 + 1; dw float: 1 + 1 (add then float too, at no cost here). 1.04 -> 2% gain: kept int8.
-    qm = _quantize(monkeypatch, {"dw": (1.0, dw_int8), "mm": (2.0, 1.0)})
+    qm = _quantize({"dw": (1.0, dw_int8), "mm": (2.0, 1.0)})
     assert _decisions(qm)["dw"].quantized is not left_float
-    assert not qm.report.speed.whole_model_float
+    assert not _speed(qm).whole_model_float
 
 
-def test_a_win_is_confirmed_by_a_second_timing(monkeypatch):
+def test_a_win_is_confirmed_by_a_second_timing():
     calls = []
     # pw float would take dw with it (dw would read a float input): make that a clear loss.
     base = _fake_timer({"pw": (10.0, 1.0), "dw": (1.0, 5.0), "mm": (2.0, 1.0)})
@@ -219,11 +240,10 @@ def test_a_win_is_confirmed_by_a_second_timing(monkeypatch):
         out = base(models, feed, repeats)
         return [out[0], out[0]] if len(calls) == 4 else out
 
-    monkeypatch.setattr(speed, "ort_timer", flaky)
-    qm = qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, speed_fallback=True))
+    qm = _quantize_timed(flaky)
     # calls: probe, float vs int8, dw trial, dw confirmation (flat: rejected), ...
     assert _decisions(qm)["dw"].quantized
-    assert not qm.report.speed.trials[0].left_float
+    assert not _speed(qm).trials[0].left_float
 
 
 def test_budget_caps_the_timings(capsys):
@@ -245,18 +265,19 @@ def test_budget_caps_the_timings(capsys):
     assert choice.report.timings == 2 and not choice.report.trials
 
 
-def test_progress_lines(monkeypatch, capsys):
-    monkeypatch.setattr(speed, "ort_timer", _fake_timer({"dw": (1.0, 5.0), "mm": (2.0, 1.0)}))
-    qnnx.quantize(_model(), CALIB, QuantConfig(progress=True, speed_fallback=True))
+def test_progress_lines(capsys):
+    _quantize_timed(_fake_timer({"dw": (1.0, 5.0), "mm": (2.0, 1.0)}), progress=True)
     err = capsys.readouterr().err
     assert "speed: float 3.000 ms, all int8 6.000 ms" in err
     assert "speed: depthwise conv (1) float: 6.000 -> 2.000 ms, left float" in err
 
 
 def test_real_onnx_runtime_run():
-    """The real timer: whatever it decides, the result runs, agrees with the report, and is recorded."""
-    qm = qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, speed_fallback=True))
-    s = qm.report.speed
+    """The real timer (the target's): whatever it decides, the result runs, agrees with the report, and is
+    recorded. (allow_float: a decision to keep the whole model float is otherwise an error.)"""
+    assert target("onnxruntime").timer is not None
+    qm = qnnx.quantize(_model(), CALIB, QuantConfig(progress=False, speed_fallback=True, allow_float=True))
+    s = _speed(qm)
     assert s is not None and s.float_ms > 0 and s.int8_ms > 0 and s.timings >= 2
     (y,) = run_ort(qm.qdq, {"x": CALIB[0]})
     assert y.shape == (1, 5) and np.all(np.isfinite(y))

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autoquant_helpers import main_model, samples  # noqa: E402
+from float_graphs import main_model, samples
 
-import qnnx  # noqa: E402
-from qnnx import QnnxError, QuantConfig  # noqa: E402
+import qnnx
+from qnnx import QnnxError, QuantConfig
 
 
 def _quantize(**options):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, run_ort
+from float_graphs import Graph, run_ort
 
 import qnnx
 from qnnx import QuantConfig, runtime
-from qnnx.autoquant import weight_rounding as wr
+from qnnx.autoquant.refinements import weight_rounding as wr
 from qnnx.errors import QnnxError
 from qnnx.ir import const_array
 
@@ -152,24 +152,24 @@ def _grouped_model(rng):
 def test_grouped_convs_too_many_taps_or_too_few_patches_keep_nearest_rounding_with_their_reason(monkeypatch):
     rng = np.random.default_rng(8)
     qm = qnnx.quantize(_grouped_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
-    (record,) = qm.report.rounding
+    (record,) = qm.report.record("weight_rounding").layers
     assert record.node == "grouped" and not record.depthwise
     assert record.reason == "grouped conv (2 groups): only depthwise and ungrouped convs are rounded"
     monkeypatch.setattr(wr, "MAX_TAPS", 8)
     rng = np.random.default_rng(8)
     qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
-    records = {r.node: r for r in qm.report.rounding}
+    records = {r.node: r for r in qm.report.record("weight_rounding").layers}
     assert not records["dw"].reason and records["dw"].gain_db > 0  # 9 taps: depthwise convs are not limited
     assert records["pw"].reason == "" and records["pw"].taps == 8
     monkeypatch.setattr(wr, "MAX_TAPS", 7)
     qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
-    records = {r.node: r for r in qm.report.rounding}
+    records = {r.node: r for r in qm.report.record("weight_rounding").layers}
     assert records["pw"].reason == "8 taps per filter, above the 7 the rounding takes"
     assert not records["dw"].reason
     monkeypatch.setattr(wr, "MAX_TAPS", 4096)
     monkeypatch.setattr(wr, "MIN_PATCHES_PER_TAP", 100)  # 2 samples of 10x10 patches: 200 per tap
     qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=False, speed_fallback="off"))
-    assert {r.node: r.reason for r in qm.report.rounding} == {
+    assert {r.node: r.reason for r in qm.report.record("weight_rounding").layers} == {
         "dw": "200 input patches for 9 taps: too few to rank roundings by",
         "pw": "200 input patches for 8 taps: too few to rank roundings by"}
 
@@ -177,17 +177,21 @@ def test_grouped_convs_too_many_taps_or_too_few_patches_keep_nearest_rounding_wi
 def test_layers_foreseen_thin_from_the_first_sample_gather_no_moments(monkeypatch):
     """Samples of one shape: a layer's patch count is known after the first, and one that will have too
     few only counts (no H is built), with the reason it would have had."""
-    built = []
-    for name in ("_patch_moments", "_im2col_moments"):
-        real = getattr(wr, name)
-        monkeypatch.setattr(wr, name, lambda x, layer, real=real: built.append(layer.node.name) or real(x, layer))
     monkeypatch.setattr(wr, "MIN_PATCHES_PER_TAP", 35)  # 3 samples x 100 patches: 300 < 35 * 9, >= 35 * 8
     rng = np.random.default_rng(8)
-    qm = qnnx.quantize(_depthwise_model(rng), _inputs(rng, 3), QuantConfig(progress=False, speed_fallback="off"))
-    records = {r.node: r for r in qm.report.rounding}
+    model, inputs = _depthwise_model(rng), _inputs(rng, 3)
+    qm = qnnx.quantize(model, inputs, QuantConfig(progress=False, speed_fallback="off"))
+    records = {r.node: r for r in qm.report.record("weight_rounding").layers}
     assert records["dw"].reason == "300 input patches for 9 taps: too few to rank roundings by"
     assert not records["pw"].reason and records["pw"].gain_db >= 0
-    assert set(built) == {"pw"}  # the depthwise conv's moments were never taken
+    # the statistics alone, on the same samples (of the model before rounding): the depthwise conv's
+    # moments are never taken
+    near = qnnx.quantize(model, inputs, QuantConfig(progress=False, weight_rounding="nearest", bias_correction="off"))
+    layers = wr._conv_layers(ir.from_proto(model), near.qdq, [])
+    wr._gather_statistics(near.qdq, layers, [{"x": x} for x in inputs])
+    by_name = {layer.node.name: layer for layer in layers}
+    assert by_name["dw"].thin and by_name["dw"].h is None and by_name["dw"].count == 300
+    assert not by_name["pw"].thin and by_name["pw"].h is not None
 
 
 def test_samples_of_different_shapes_gather_every_layers_moments(monkeypatch):
@@ -258,8 +262,8 @@ def test_gptq_rounding_lowers_the_quantized_models_error_on_held_out_inputs():
         return np.abs(np.mean(errs, axis=(0, 1, 3, 4))).max()
 
     assert dw_mean_error(gptq) < 0.2 * dw_mean_error(near)  # measured 0.008 vs 0.081
-    assert not near.report.rounding
-    dw, pw = gptq.report.rounding
+    assert not near.report.record("weight_rounding")
+    dw, pw = gptq.report.record("weight_rounding").layers
     assert (dw.node, dw.channels, dw.taps, dw.depthwise, dw.bias_corrected) == ("dw", 8, 9, True, True)
     assert (pw.node, pw.channels, pw.taps, pw.depthwise, pw.reason) == ("pw", 4, 8, False, "")
     assert dw.gain_db > 0 and pw.gain_db >= 0

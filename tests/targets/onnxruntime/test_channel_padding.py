@@ -1,5 +1,5 @@
 """Channel padding of quantized depthwise convs for ONNX Runtime's fast kernel
-(qnnx/autoquant/channel_padding.py, applied when the QDQ model is written).
+(qnnx/targets/onnxruntime/channel_padding.py, applied when the QDQ model is exported for the target).
 
 Equal means bit-identical: the padded model's outputs on ONNX Runtime against the unpadded QDQ
 model's, because the real channels compute the same integers (the new channels only ever meet zero
@@ -11,13 +11,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from autoquant_helpers import Graph, conv_weight, run_ort, samples
+from float_graphs import Graph, conv_weight, run_ort, samples
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.channel_padding import _pad_constant_input, pad_depthwise_channels
-from qnnx.autoquant.qdq import for_onnx_runtime
 from qnnx.ir import Builder, load_model
+from qnnx.targets import target
+from qnnx.targets.onnxruntime.channel_padding import _pad_constant_input, pad_depthwise_channels
 
 
 def _block(c: int = 24, *, se: bool = True, tail: str = "conv") -> onnx.ModelProto:
@@ -57,6 +57,12 @@ OFF = QuantConfig(speed_fallback="off", progress=False)
 
 def _conv(model: ir.Model, name: str) -> ir.Node:
     return next(n for n in model.graph if n.name == name)
+
+
+def for_onnx_runtime(qdq: ir.Model):
+    """The model exported for ONNX Runtime and the padding records its check reports."""
+    ort_target = target("onnxruntime")
+    return ort_target.export(qdq), ort_target.check(qdq).padding
 
 
 def _weight_shape(node: ir.Node) -> tuple:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from autoquant_helpers import Graph, conv_weight, nodes_by_name, samples
+from float_graphs import Graph, conv_weight, nodes_by_name, samples
 
 import qnnx
 from qnnx import QuantConfig
-from qnnx.autoquant.fusion_check import quantized_groups, unfused
+from qnnx.targets import target
+from qnnx.targets.onnxruntime.fusion_check import quantized_groups, unfused
 
 
 def _model():
@@ -30,7 +31,8 @@ def _quantized(**options):
 
 def test_a_model_ort_fuses_has_nothing_unfused_and_no_warning():
     qm = _quantized()
-    assert qm.report.unfused == [] and qm.report.fusable == 2
+    record = qm.report.record("onnxruntime")
+    assert record.unfused == [] and record.fusable == 2
     assert "would run" not in qm.report.summary()
 
 
@@ -39,7 +41,7 @@ def test_a_bias_scale_off_x_scale_times_w_scale_leaves_the_conv_float_and_is_rep
     scale = nodes_by_name(qm.qdq)["b"].inputs[2].producer().inputs[1]
     scale.const_value = ir.tensor(scale.const_value.numpy() * np.float32(1.05))
     assert unfused(qm.qdq) == (["b"], 2)
-    qm.report.unfused, qm.report.fusable = unfused(qm.qdq)
+    qm.report.records["onnxruntime"] = target("onnxruntime").check(qm.qdq)  # the target stage, run again
     assert "WARNING: ONNX Runtime (CPU) would run 1 of 2 quantized conv/matmul group(s) in float" in qm.report.summary()
 
 
@@ -50,4 +52,4 @@ def test_the_last_conv_writing_a_graph_output_is_a_group_only_through_its_quanti
 
 def test_excluded_convs_are_not_groups():
     qm = _quantized(exclude_nodes=("b",))
-    assert quantized_groups(qm.qdq.graph) == ["a"] and qm.report.fusable == 1
+    assert quantized_groups(qm.qdq.graph) == ["a"] and qm.report.record("onnxruntime").fusable == 1

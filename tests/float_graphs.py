@@ -1,8 +1,9 @@
-"""Helpers of the autoquant tests: small float graphs (``Graph`` builder, the shared
+"""Small float graphs of the autoquant and target tests (``Graph`` builder, the shared
 conv/relu/add/sigmoid*x/maxpool/globalavgpool/matmul model) and ways to run them.
 
-A plain module, not a ``conftest.py``: a second conftest would shadow ``tests/conftest.py``,
-which other test modules import by name.
+A plain module beside ``tests/conftest.py`` (whose directory pytest puts on ``sys.path``), so the
+tests of every subdirectory (autoquant/, autoquant/refinements/, targets/onnxruntime/) import it by
+name; not a second ``conftest.py``, which would shadow ``tests/conftest.py``, imported by name too.
 
 Everything is synthetic (onnx.helper, opset 13-21, ir_version 9/10) and a few calibration
 samples: the whole autoquant suite stays within seconds.
