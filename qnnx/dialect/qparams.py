@@ -35,7 +35,7 @@ AXIS = "axis"  # the axis comes from the node's `axis` attribute
 
 
 @dataclass(frozen=True)
-class QParams:
+class QParamInputs:
     """Where one (scale, zero point) pair sits in an op's inputs and what it describes."""
     scale: int
     zero_point: int
@@ -46,29 +46,29 @@ class QParams:
     dtype_like: int | None = None  # OUT of an op without out_dtype: the dtype of this input
 
 
-def _binary_qparams() -> tuple[QParams, ...]:
-    return (QParams(1, 2, 0), QParams(4, 5, 3), QParams(6, 7, OUT))
+def _binary_qparams() -> tuple[QParamInputs, ...]:
+    return (QParamInputs(1, 2, 0), QParamInputs(4, 5, 3), QParamInputs(6, 7, OUT))
 
 
-def _pool_qparams() -> tuple[QParams, ...]:
-    return (QParams(1, 2, 0, axis=1), QParams(3, 4, OUT, axis=1, dtype_like=0))
+def _pool_qparams() -> tuple[QParamInputs, ...]:
+    return (QParamInputs(1, 2, 0, axis=1), QParamInputs(3, 4, OUT, axis=1, dtype_like=0))
 
 
-QPARAMS: dict[str, tuple[QParams, ...]] = {
-    "quantize": (QParams(1, 2, OUT, blocked=True),),
-    "dequantize": (QParams(1, 2, 0, blocked=True),),
-    "simulated_quantize": (QParams(1, 2, OUT, blocked=True, float_zero_point=True),),
-    "simulated_dequantize": (QParams(1, 2, 0, blocked=True, float_zero_point=True),),
-    "requantize": (QParams(1, 2, 0), QParams(3, 4, OUT)),
-    "conv": (QParams(2, 3, 0, axis=None), QParams(4, 5, 1, axis=0)),
-    "conv_transpose": (QParams(2, 3, 0, axis=None), QParams(4, 5, 1, axis=1)),  # per-axis only with group 1
-    "matmul": (QParams(1, 2, 0, axis=-2), QParams(4, 5, 3, axis=-1)),
+QPARAMS: dict[str, tuple[QParamInputs, ...]] = {
+    "quantize": (QParamInputs(1, 2, OUT, blocked=True),),
+    "dequantize": (QParamInputs(1, 2, 0, blocked=True),),
+    "simulated_quantize": (QParamInputs(1, 2, OUT, blocked=True, float_zero_point=True),),
+    "simulated_dequantize": (QParamInputs(1, 2, 0, blocked=True, float_zero_point=True),),
+    "requantize": (QParamInputs(1, 2, 0), QParamInputs(3, 4, OUT)),
+    "conv": (QParamInputs(2, 3, 0, axis=None), QParamInputs(4, 5, 1, axis=0)),
+    "conv_transpose": (QParamInputs(2, 3, 0, axis=None), QParamInputs(4, 5, 1, axis=1)),  # per-axis only with group 1
+    "matmul": (QParamInputs(1, 2, 0, axis=-2), QParamInputs(4, 5, 3, axis=-1)),
     "add": _binary_qparams(), "sub": _binary_qparams(), "mul": _binary_qparams(),
     "avg_pool": _pool_qparams(), "global_avg_pool": _pool_qparams(),
-    "softmax": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=None)),
-    "variance": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=None)),
-    "layer_norm": (QParams(1, 2, 0, axis=None), QParams(3, 4, OUT, axis=-1), QParams(8, 9, 7, axis=None)),
-    "concat": (QParams(0, 1, OUT, axis="quant_axis"),),  # plus one triple per input, added in check_node
+    "softmax": (QParamInputs(1, 2, 0, axis=None), QParamInputs(3, 4, OUT, axis=None)),
+    "variance": (QParamInputs(1, 2, 0, axis=None), QParamInputs(3, 4, OUT, axis=None)),
+    "layer_norm": (QParamInputs(1, 2, 0, axis=None), QParamInputs(3, 4, OUT, axis=-1), QParamInputs(8, 9, 7, axis=None)),
+    "concat": (QParamInputs(0, 1, OUT, axis="quant_axis"),),  # plus one triple per input, added in check_node
     "lut": (),
 }
 
@@ -121,7 +121,7 @@ def check_node(node: ir.Node) -> dict:
     groups = list(QPARAMS[node.op_type])
     names = {}
     if node.op_type == "conv_transpose" and attrs["group"] != 1:
-        groups[1] = QParams(4, 5, 1, axis=None)
+        groups[1] = QParamInputs(4, 5, 1, axis=None)
     if node.op_type == "concat":
         extra = len(node.inputs) - 2
         if extra <= 0 or extra % 3:
@@ -129,14 +129,14 @@ def check_node(node: ir.Node) -> dict:
                             "inputs")
         for k in range(extra // 3):
             x = 2 + 3 * k
-            groups.append(QParams(x + 1, x + 2, x, axis="quant_axis"))
+            groups.append(QParamInputs(x + 1, x + 2, x, axis="quant_axis"))
             names.update({x + 1: f"x{k}_scale", x + 2: f"x{k}_zero_point"})
     for qp in groups:
         _check_qparams(node, schema, attrs, qp, names)
     return attrs
 
 
-def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParams, names: dict) -> None:
+def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParamInputs, names: dict) -> None:
     s_val, z_val = _input(node, qp.scale), _input(node, qp.zero_point)
     s_name = names.get(qp.scale) or _name(schema, qp.scale)
     z_name = names.get(qp.zero_point) or _name(schema, qp.zero_point)
