@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import sys
 import tempfile
 import traceback
@@ -77,6 +78,7 @@ Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # 
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
 _IMAGES = "images (a sample directory of .jpg/.png/.bmp/.webp)"
+_RANDOM_CALIBRATION_BYTES = 1 << 30  # --random-calibration refuses samples larger than this in total
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
 
 
@@ -96,10 +98,11 @@ def _consumer_functions(names: list[str] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _output_path(inp: str, out: str) -> Path:
-    if Path(out).resolve() == Path(inp).resolve():
-        raise QnnxError("refusing to overwrite the input model; choose another -o path", where=out)
-    return Path(out)
+def _output_path(out: str, model: str | None = None, calib: str | None = None, val: str | None = None) -> Path:
+    """Every command's ``-o``: not an input, not inside an input directory, writable (qnnx.paths)."""
+    from qnnx.paths import check_output, model_files
+
+    return check_output(out, {**model_files(model), "calibration data": calib, "validation data": val})
 
 
 def _version(value: bool) -> None:
@@ -127,7 +130,7 @@ def import_(model: Annotated[str, _model("input .onnx file (never modified)")],
     from qnnx.ir import save_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m = import_onnx(model)
     n = sum(1 for node in m.graph if node.domain == "qnnx")
     save_model(m, out)
@@ -148,7 +151,7 @@ def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never mod
     from qnnx.ir import save_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m, report = convert_qdq(model, strict=strict, numerics=numerics)
     save_model(m, out)
     show_lines(f"{report.summary()}\nwrote {out}")
@@ -165,7 +168,7 @@ def lower(model: Annotated[str, _model("input .onnx file with qnnx and/or ONNX q
     from qnnx.passes.lower import lower as lower_model
     from qnnx.terminal import show_lines
 
-    out = _output_path(model, output)
+    out = _output_path(output, model)
     m = lower_model(import_onnx(model), copy=False)
     save_model(m, out)
     show_lines(f"wrote {out} ({m.graph.num_nodes()} standard ONNX ops, no qnnx ops)")
@@ -351,15 +354,22 @@ def quantize(
         raise UsageError("one of the arguments --calib --random-calibration is required")
     if calib is not None and random_calibration:
         raise UsageError("--calib and --random-calibration are mutually exclusive")
+    if sqnr_threshold is not None and not math.isfinite(sqnr_threshold):
+        raise UsageError(f"--sqnr-threshold must be a finite number of dB, got {sqnr_threshold}")
     # the samples config.num_samples/seed pick, read by calibration, the summary and the report alike
     calibration = _samples(calib, images, "--calib", num_samples=num_samples, seed=seed)
-    out = _output_path(model, output)
+    out = _output_path(output, model, calib, val)
     if report_dir is not None:  # before quantizing: a refused directory must not cost a calibration
         from qnnx.analysis.report import check_report_directory
+        from qnnx.paths import check_creatable
 
         if Path(report_dir).resolve() == out.resolve():
             raise QnnxError("--report and -o name the same path", where=report_dir)
+        for inp in (model, calib, val):
+            if inp is not None and Path(report_dir).resolve() in (Path(inp).resolve(), *Path(inp).resolve().parents):
+                raise QnnxError(f"--report would replace a directory holding the input {inp}", where=report_dir)
         check_report_directory(report_dir)
+        check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
         exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,
@@ -378,11 +388,12 @@ def quantize(
     if random_calibration:
         if images is not None:  # (they would be ignored: random samples are no images)
             raise UsageError("image preprocessing options need --calib DIR (a directory of images)")
-        print("qnnx: warning: calibrating on random data; the quantized model's accuracy is not meaningful",
-              file=sys.stderr)
         calibration = CalibrationData.from_source(_random_samples(model, num_samples or 16, seed))
     held_out = _samples(val, images, "--val") if val is not None else None
     qm = quantize_model(model, calibration, config, validation=held_out)
+    if random_calibration:  # said of the result, so an error stays the one line on stderr
+        print("qnnx: warning: calibrated on random data; the quantized model's accuracy is not meaningful",
+              file=sys.stderr)
     qm.save(out, format=format.value)
     if speed_plan is not None and config.refinements.speed_plan is None and qm.report.record("speed_fallback"):
         _write_speed_plan(speed_plan, qm.report.record("speed_fallback").plan())
@@ -444,15 +455,25 @@ def _samples(path: str | None, images: ImagePreprocess | None, option: str, **li
 def _random_samples(model_path: str, n: int, seed: int):
     """Standard-normal samples for a model with static input shapes (only behind --random-calibration)."""
     import numpy as np
+    import onnx_ir as ir
 
     from qnnx.data import input_specs
     from qnnx.ir import load_model
 
     specs = input_specs(load_model(model_path))
+    total = 0
     for s in specs:
         if s.shape is None or any(d is None for d in s.shape):
             raise QnnxError(f"input {s.name!r} has dynamic dims; random calibration needs static shapes",
                             where=model_path)
+        if s.dtype not in (None, ir.DataType.FLOAT):
+            raise QnnxError(f"input {s.name!r} is {s.dtype.name}; random calibration makes float32 samples only: "
+                            "give --calib", where=model_path)
+        total += 4 * int(np.prod(s.shape, dtype=object))
+    if total * n > _RANDOM_CALIBRATION_BYTES:  # refused before allocating anything
+        raise QnnxError(f"random calibration would need {total * n / 2**30:.3g} GiB ({n} samples of "
+                        f"{', '.join(f'{s.name} {list(s.shape)}' for s in specs)}); give --calib or fewer "
+                        "--num-samples", where=model_path)
     rng = np.random.default_rng(seed)
     return [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(n)]
 
@@ -518,11 +539,40 @@ def bench(
     from qnnx.terminal import show_latency
 
     samples = _samples(data, images, "--data")
-    for m in models:
-        if not Path(m).is_file():
-            raise QnnxError("file not found", where=m)
+    _same_inputs(models, random=samples is None)
     show_latency(median_latency_ms(models, feed=_bench_feed(models[0], samples), threads=threads, repeats=repeats),
                  threads)
+
+
+def _same_inputs(models: list[str], *, random: bool) -> None:
+    """bench feeds every model one input: their inputs must agree (names, dtypes, static dims), and
+    random inputs are float32, so without --data every input must be float."""
+    from qnnx.data import input_specs
+    from qnnx.ir import load_model
+
+    first = {s.name: s for s in input_specs(load_model(models[0]))}
+    for m in models[1:]:
+        mine = {s.name: s for s in input_specs(load_model(m))}
+        if set(mine) != set(first):
+            raise QnnxError(f"inputs {', '.join(sorted(mine))} differ from {models[0]}'s ({', '.join(sorted(first))}); "
+                            "bench feeds every model the same input", where=m)
+        for name, s in mine.items():
+            f = first[name]
+            dims_differ = s.shape is not None and f.shape is not None and (
+                len(s.shape) != len(f.shape) or any(a != b for a, b in zip(s.shape, f.shape) if a and b))
+            if s.dtype != f.dtype or dims_differ:
+                raise QnnxError(f"input {name!r} is {_spec_text(s)} here but {_spec_text(f)} in {models[0]}; bench "
+                                "feeds every model the same input", where=m)
+    if random:
+        for s in first.values():
+            if s.dtype is not None and not s.dtype.is_floating_point():
+                raise QnnxError(f"input {s.name!r} is {s.dtype.name}; without --data bench feeds random float "
+                                "values: give --data", where=models[0])
+
+
+def _spec_text(s) -> str:
+    dims = "?" if s.shape is None else "x".join("?" if d is None else str(d) for d in s.shape)
+    return f"{s.dtype.name if s.dtype is not None else 'untyped'} [{dims}]"
 
 
 def _bench_feed(model_path: str, data):
@@ -576,6 +626,8 @@ def demo(
         if not quiet:
             print(f"qnnx demo: {line}", file=sys.stderr)
 
+    if output is not None:
+        _output_path(output)
     show_demo(ppocr_cls.run(samples, eval_samples, seed, output, log=log, export=export))
 
 
@@ -583,10 +635,16 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.lru_cache(maxsize=1)
+def _click_command():
+    """The click command typer builds from the signatures above (built once: ~0.1 s each time)."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code. ``--help``/``--version`` and usage errors raise
     ``SystemExit`` (0 and 1) like any command-line parser."""
-    command = typer.main.get_command(app)
+    command = _click_command()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         code = command.main(args=args, prog_name="qnnx", standalone_mode=False)

@@ -80,7 +80,7 @@ def check_compute(compute: str, modes: tuple[str, ...] = COMPUTE_MODES) -> str:
 
 
 def check_scale(scale, name: str = "scale") -> np.ndarray:
-    """Scales must be positive, finite floats: a zero or NaN scale is never silently used."""
+    """Scales must be positive, finite, normal floats: a zero, NaN or denormal scale is never silently used."""
     s = np.asarray(scale)
     if s.dtype.kind != "f":
         raise QnnxError(f"{name} must be a float tensor, got dtype {s.dtype}")
@@ -91,6 +91,12 @@ def check_scale(scale, name: str = "scale") -> np.ndarray:
         idx = np.argwhere(bad)[0]
         where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
         raise QnnxError(f"{name} must be positive and finite, got {s[tuple(idx)]!r}{where}")
+    tiny = s < np.finfo(np.float32).tiny  # a float32 denormal: 1/scale overflows float32
+    if tiny.any():
+        idx = np.argwhere(tiny)[0]
+        where = f" at index {tuple(int(i) for i in idx)}" if s.ndim else ""
+        raise QnnxError(f"{name} must be at least {np.finfo(np.float32).tiny:.4g} (the smallest normal float32: "
+                        f"below it 1/scale overflows), got {s[tuple(idx)]!r}{where}")
     return s
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.reference
+import onnx_ir as ir
 from onnx.reference.op_run import OpRun
 
 from qnnx.dialect import DOMAIN, REGISTRY, OpSchema
@@ -49,12 +50,17 @@ def _root_qnnx_error(exc: BaseException) -> QnnxError | None:
 
 
 class ReferenceEvaluator:
-    """Same call shape as ``onnx.reference.ReferenceEvaluator``: ``run(output_names, feeds)``."""
+    """Same call shape as ``onnx.reference.ReferenceEvaluator``: ``run(output_names, feeds)``.
+    Bad input (an invalid model, feeds that do not match the model's inputs) is a :class:`QnnxError`."""
 
     def __init__(self, model, *, verbose: int = 0):
         self.model = import_onnx(model)
+        ir.external_data.load_to_model(self.model)  # onnx.reference reads no external data files
         proto = to_proto(self.model)
-        self._impl = onnx.reference.ReferenceEvaluator(proto, new_ops=OP_CLASSES, verbose=verbose)
+        try:
+            self._impl = onnx.reference.ReferenceEvaluator(proto, new_ops=OP_CLASSES, verbose=verbose)
+        except Exception as e:  # an op onnx.reference does not implement, an attribute it refuses
+            raise _as_qnnx_error(e, "the reference evaluator cannot run the model") from None
 
     @property
     def input_names(self) -> list[str]:
@@ -65,6 +71,11 @@ class ReferenceEvaluator:
         return list(self._impl.output_names)
 
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self._check_feeds(feeds)
+        unknown = [n for n in (output_names or ()) if n not in self.output_names]
+        if unknown:
+            raise QnnxError(f"unknown output(s) {', '.join(map(repr, unknown))}; the model's outputs are "
+                            f"{', '.join(self.output_names)}")
         try:
             return self._impl.run(output_names, feeds)
         except Exception as e:
@@ -72,3 +83,33 @@ class ReferenceEvaluator:
             if root is not None:
                 raise root from None
             raise
+
+    def _check_feeds(self, feeds: dict) -> None:
+        """Every graph input fed (names, element type, rank and static dims as declared), nothing else."""
+        graph = self.model.graph
+        declared = {v.name: v for v in graph.inputs if v.name not in graph.initializers}
+        extra = sorted(set(feeds) - {v.name for v in graph.inputs})
+        missing = sorted(set(declared) - set(feeds))
+        if extra or missing:
+            detail = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                           f"unknown {', '.join(extra)}" if extra else "") if x)
+            raise QnnxError(f"feeds do not match the model inputs ({detail}); expected {', '.join(declared)}")
+        for name, value in feeds.items():
+            v = graph.inputs[[i.name for i in graph.inputs].index(name)]
+            arr = np.asarray(value)
+            if v.dtype is not None:
+                want = v.dtype.numpy()
+                if arr.dtype != want:
+                    raise QnnxError(f"input {name!r} is {v.dtype.name}, fed {arr.dtype}")
+            if v.shape is not None:
+                dims = tuple(v.shape)
+                if arr.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != n for d, n in zip(dims, arr.shape)):
+                    shown = [d if isinstance(d, int) else "?" for d in dims]
+                    raise QnnxError(f"input {name!r} has shape {shown}, fed {list(arr.shape)}")
+
+
+def _as_qnnx_error(e: BaseException, what: str) -> QnnxError:
+    root = _root_qnnx_error(e)
+    if root is not None:
+        return root
+    return QnnxError(f"{what}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")

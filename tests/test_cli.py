@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -800,3 +802,68 @@ def test_quantize_bias_correction_and_weight_rounding_reach_the_config(quantize_
                               "refinements.bias_correction")
     text = capsys.readouterr().out
     assert seen == ["own"] and "weights:" not in text and "sequential stage(s)" not in text
+
+
+# --------------------------------------------------------------------------- paths, bench, random calibration
+
+
+@pytest.mark.parametrize("target", ["sample", "inside calib", "calib itself", "existing directory", "empty", "/sys"])
+def test_quantize_output_never_names_an_input_or_an_unwritable_path(quantize_case, capsys, target):
+    """`-o samples/000.npy` once overwrote a calibration sample; odd paths exited 2."""
+    src, calib = quantize_case
+    (src.parent / "d").mkdir()
+    out = {"sample": calib / "0.npy", "inside calib": calib / "q.onnx", "calib itself": calib,
+           "existing directory": src.parent / "d", "empty": "", "/sys": "/sys/qnnx-cli-test.onnx"}[target]
+    before = {p: p.read_bytes() for p in calib.iterdir()}
+    assert _exit_code(["quantize", str(src), "-o", str(out), "--calib", str(calib)]) == 1
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and captured.err.startswith("qnnx: error: ")
+    assert "calibrating" not in captured.err  # refused before any work
+    assert {p: p.read_bytes() for p in calib.iterdir()} == before
+
+
+def test_written_files_and_reports_follow_the_umask(image_case, capsys):
+    src, images = image_case
+    out, report = src.parent / "q.onnx", src.parent / "report"
+    old = os.umask(0o027)
+    try:
+        assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "--resize", "8x8", "-q",
+                     "--speed-fallback", "off", "--report", str(report)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert stat.S_IMODE(report.stat().st_mode) == 0o750
+    assert stat.S_IMODE((report / "index.html").stat().st_mode) == 0o640
+
+
+def _one_input_model(path, name="x", elem=onnx.TensorProto.FLOAT, shape=(1, 4)):
+    g = helper.make_graph([helper.make_node("Relu" if elem == onnx.TensorProto.FLOAT else "Identity", [name], ["y"])],
+                          "g", [helper.make_tensor_value_info(name, elem, list(shape))],
+                          [helper.make_tensor_value_info("y", elem, list(shape))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return str(path)
+
+
+def test_bench_refuses_models_of_different_inputs(tmp_path, capsys):
+    a, b = _one_input_model(tmp_path / "a.onnx"), _one_input_model(tmp_path / "b.onnx", name="z")
+    c = _one_input_model(tmp_path / "c.onnx", shape=(1, 5))
+    assert main(["bench", a, b, "--repeats", "1"]) == 1
+    assert "inputs z differ from" in capsys.readouterr().err
+    assert main(["bench", a, c, "--repeats", "1"]) == 1
+    assert "input 'x' is FLOAT [1x5] here but FLOAT [1x4]" in capsys.readouterr().err
+
+
+def test_bench_without_data_needs_float_inputs(tmp_path, capsys):
+    s = _one_input_model(tmp_path / "s.onnx", elem=onnx.TensorProto.STRING, shape=(1,))
+    assert main(["bench", s, "--repeats", "1"]) == 1
+    assert "input 'x' is STRING; without --data bench feeds random float values" in capsys.readouterr().err
+
+
+def test_random_calibration_refuses_a_huge_input_before_allocating(tmp_path, capsys):
+    big = _one_input_model(tmp_path / "big.onnx", shape=(64, 3, 4096, 4096))
+    assert main(["quantize", big, "-o", str(tmp_path / "q.onnx"), "--random-calibration", "-q"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "random calibration would need 192 GiB (16 samples of x [64, 3, 4096, 4096])" in err
+    s = _one_input_model(tmp_path / "s.onnx", elem=onnx.TensorProto.STRING, shape=(1,))
+    assert main(["quantize", s, "-o", str(tmp_path / "q.onnx"), "--random-calibration", "-q"]) == 1
+    assert "input 'x' is STRING; random calibration makes float32 samples only" in capsys.readouterr().err

@@ -669,6 +669,16 @@ def test_bad_scales(bad, match):
         numerics.requantize(X8, np.float32(1), 0, np.array([1, bad, 1], np.float32), 0, axis=0)
 
 
+def test_denormal_scales_are_refused():
+    """A float32 denormal scale makes 1/scale overflow: not a quantization anyone meant."""
+    with pytest.raises(QnnxError, match="scale must be at least 1.175e-38 \\(the smallest normal float32"):
+        numerics.quantize(np.zeros(3, np.float32), np.float32(1e-40))
+    with pytest.raises(QnnxError, match=r"at index \(2,\)"):
+        numerics.check_scale(np.array([1, 1, 1e-39], np.float32))
+    numerics.check_scale(np.float32(np.finfo(np.float32).tiny))  # the smallest normal float32 is fine
+    numerics.check_scale(np.float16(4.6e-5))  # a float16 denormal is a normal float32
+
+
 def test_bad_zero_points():
     with pytest.raises(QnnxError, match=r"zero_point 300 is outside the int8 range \[-128, 127\]"):
         numerics.quantize(np.zeros(3, np.float32), np.float32(1), 300, out_dtype="int8")

@@ -124,9 +124,8 @@ def test_bad_qparam_raises_qnnx_error_naming_the_node():
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.INT8, [3])],
                    [helper.make_tensor_value_info("y", TensorProto.INT8, [3])],
                    [_init("s", np.float32(0.5)), _init("z", np.int32(0)), _init("s0", np.float32(0.0))])
-    ev = qnnx.ReferenceEvaluator(model)
-    with pytest.raises(QnnxError) as info:
-        ev.run(None, {"x": np.array([1, 2, 3], np.int8)})
+    with pytest.raises(QnnxError) as info:  # refused on entry, before any run
+        qnnx.ReferenceEvaluator(model)
     assert type(info.value) is QnnxError
     msg = str(info.value)
     assert "rq_node" in msg and "output_scale" in msg and "positive and finite" in msg
@@ -185,3 +184,42 @@ def test_import_does_not_mutate_the_proto(name):
     qnnx.ReferenceEvaluator(model)
     assert model.SerializeToString(deterministic=True) == before
     assert {n.op_type for n in model.graph.node} & set(QUANT_OPS)
+
+
+def _relu_model(shape=(2, 3)):
+    return _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], [])
+
+
+@pytest.mark.parametrize("feeds,match", [
+    ({"x": np.zeros((3, 3), np.float32)}, r"input 'x' has shape \[2, 3\], fed \[3, 3\]"),
+    ({"x": np.zeros((2, 3, 1), np.float32)}, "input 'x' has shape"),
+    ({"x": np.zeros((2, 3), np.float64)}, "input 'x' is FLOAT, fed float64"),
+    ({}, "feeds do not match the model inputs \\(missing x\\)"),
+    ({"x": np.zeros((2, 3), np.float32), "z": np.zeros(1)}, "unknown z"),
+])
+def test_feeds_that_do_not_match_the_inputs_are_qnnx_errors(feeds, match):
+    with pytest.raises(QnnxError, match=match):
+        qnnx.ReferenceEvaluator(_relu_model()).run(None, feeds)
+
+
+def test_a_dynamic_dim_takes_any_size():
+    model = _relu_model(("N", 3))
+    x = np.ones((5, 3), np.float32)
+    np.testing.assert_array_equal(qnnx.ReferenceEvaluator(model).run(None, {"x": x})[0], x)
+
+
+def test_an_invalid_model_is_a_qnnx_error_on_construction():
+    cyclic = _model([helper.make_node("Add", ["x", "b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2")],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                    [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])], [])
+    with pytest.raises(QnnxError, match="cycle"):
+        qnnx.ReferenceEvaluator(cyclic)
+    conv = helper.make_node("conv", ["x", "w", "s", "zf", "s", "z"], ["y"], domain="qnnx", name="c")
+    float_zp = _model([conv], [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 3, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1, 1, 1])],
+                      [_init("w", np.ones((1, 1, 3, 3), np.int8)), _init("s", np.float32(1)),
+                       _init("zf", np.float32(2.0)), _init("z", np.int32(0))])
+    with pytest.raises(QnnxError, match="node 'c' \\(qnnx.conv\\): x_zero_point must be an integer tensor"):
+        qnnx.ReferenceEvaluator(float_zp)

@@ -39,6 +39,7 @@ from qnnx.data import CalibrationData, input_specs
 from qnnx.calibrate.observers import quant_range
 from qnnx.errors import QnnxError
 from qnnx.ir import load_model
+from qnnx.ir.io import umask
 
 _HIST_VALUES = 400_000  # values kept per tensor for a histogram (a strided subsample of every sample)
 _HIST_BINS = 400  # at most this many bins; each bin holds a power-of-two number of quantization steps
@@ -348,7 +349,7 @@ def write_report(directory, float_model, quantized_model, samples, *, num_sample
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared
+    os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private; give it the user's usual permissions
     try:
         body = [f"<h1>{_e(title)}</h1>",
                 f'<p class="meta">float model: {_e(_model_name(float_model))}<br>quantized model: {_e(q_name)}<br>'

@@ -16,8 +16,8 @@ from qnnx.dialect.windows import window
 from qnnx.dtypes import as_int64, int_type
 from qnnx.errors import QnnxError
 
-_ACT_TYPES = ("int8", "uint8", "int16", "uint16")
-_WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4")
+ACT_TYPES = ("int8", "uint8", "int16", "uint16")
+WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4")
 
 
 def _wrap_int32(acc: np.ndarray) -> np.ndarray:
@@ -59,8 +59,8 @@ _WINDOW_ATTRS = (
     types="x: int8/uint8/int16/uint16; w: int8/uint8/int4/uint4; y: int32")
 def conv(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, auto_pad, kernel_shape, pads,
          strides, dilations, group):
-    tx = _typed(x, _ACT_TYPES, "x")
-    tw = _typed(w, _WEIGHT_TYPES, "w")
+    tx = _typed(x, ACT_TYPES, "x")
+    tw = _typed(w, WEIGHT_TYPES, "w")
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise QnnxError(f"conv expects x and w of equal rank >= 3, got {x.shape} and {w.shape}")
@@ -106,8 +106,8 @@ def conv(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, auto_
     outputs=(Input("y", "int32 accumulator"),),
     types="a: int8/uint8/int16/uint16; b: int8/uint8/int4/uint4/int16; y: int32")
 def matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias=None):
-    ta = _typed(a, _ACT_TYPES, "a")
-    tb = _typed(b, _WEIGHT_TYPES + ("int16",), "b")
+    ta = _typed(a, ACT_TYPES, "a")
+    tb = _typed(b, WEIGHT_TYPES + ("int16",), "b")
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise QnnxError(f"matmul shapes {a.shape} and {b.shape} do not match")
@@ -154,7 +154,7 @@ def _pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, c
 
 
 def _shifted(x, x_zero_point):
-    t = _typed(x, _ACT_TYPES, "x")
+    t = _typed(x, ACT_TYPES, "x")
     x = np.asarray(x)
     if x.ndim < 3:
         raise QnnxError(f"pooling expects N x C x spatial, got shape {x.shape}")
@@ -224,8 +224,8 @@ def global_avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, rounding
     types="x: int8/uint8/int16/uint16; w: int8/uint8/int4/uint4; y: int32")
 def conv_transpose(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, kernel_shape, pads, strides,
                    dilations, output_padding, group):
-    tx = _typed(x, _ACT_TYPES, "x")
-    tw = _typed(w, _WEIGHT_TYPES, "w")
+    tx = _typed(x, ACT_TYPES, "x")
+    tw = _typed(w, WEIGHT_TYPES, "w")
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim < 3 or w.ndim != x.ndim or x.shape[1] != w.shape[0] or x.shape[1] % group:
         raise QnnxError(f"conv_transpose shapes do not match: x {x.shape}, w {w.shape}, group={group}")

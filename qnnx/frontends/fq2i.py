@@ -21,6 +21,7 @@ always followed by a requantize; every integer op carries explicit qparams.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,7 @@ from onnx_ir.passes.common import ShapeInferencePass
 
 from qnnx import numerics, ops
 from qnnx.dialect import DOMAIN
+from qnnx.dialect.qparams import check_graph
 from qnnx.errors import QnnxError
 # The rule modules: importing them registers their rules (they import fq2i_registry only, never this module).
 from qnnx.frontends import fq2i_gelu, fq2i_layer_norm, fq2i_rules  # noqa: F401
@@ -139,6 +141,7 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
         report.converted[node.op_type] = report.converted.get(node.op_type, 0) + 1
         reasons[node] = "converted, but a float consumer still uses its float output"
     _remove_dead_nodes(graph)
+    check_graph(graph)  # the canonical model keeps the qparams rules it was imported under
     _collect_float_leftovers(graph, reasons, report)
     if strict and report.left_in_float:
         names = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
@@ -169,10 +172,15 @@ def _with_shapes(m: ir.Model) -> ir.Model:
             m = ir.from_proto(onnx.version_converter.convert_version(ir.to_proto(m), 13))
         except Exception as e:  # C++ converter errors
             raise QnnxError(f"cannot convert opset {opset} to 13: {str(e).splitlines()[0][:200]}") from None
+    logger = logging.getLogger("onnx_ir.passes.common.shape_inference")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # it logs a traceback when inference fails; that is not an error here
     try:
         return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(m).model
     except Exception:  # inference is best effort; the model itself was already validated by loading
         return m
+    finally:
+        logger.setLevel(level)
 
 
 def _remove_dead_nodes(graph: ir.Graph) -> None:

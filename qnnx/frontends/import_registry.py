@@ -48,7 +48,10 @@ def int32_zero_point(b: Builder, zp: ir.Value | None, hint: str) -> ir.Value:
         return b.const(np.int32(0), hint)
     arr = const_array(zp)
     if arr is not None:
-        return b.const(np.asarray(arr).astype(np.int64).astype(np.int32), hint)
+        arr = np.asarray(arr)
+        if arr.dtype.kind not in "iu" and not is_int_type(arr.dtype):
+            raise QnnxError(f"zero point {zp.name!r} must be an integer tensor, got dtype {arr.dtype}")
+        return b.const(arr.astype(np.int64).astype(np.int32), hint)
     return b.op("Cast", [zp], to=ir.DataType.INT32, hint=hint)
 
 
@@ -81,7 +84,11 @@ def scale_product(b: Builder, s1: ir.Value, s2: ir.Value, hint: str) -> ir.Value
     """``s1 * s2`` in float32, folded when both are constants (same arithmetic either way)."""
     a1, a2 = const_array(s1), const_array(s2)
     if a1 is not None and a2 is not None:
-        return b.const((np.asarray(a1, np.float32) * np.asarray(a2, np.float32)).astype(np.float32), hint)
+        a1, a2 = np.asarray(a1), np.asarray(a2)
+        if a1.size > 1 and a2.size > 1 and a1.shape != a2.shape:
+            raise QnnxError(f"scales {s1.name!r} {a1.shape} and {s2.name!r} {a2.shape} do not multiply: one of them "
+                            "must be per-tensor")
+        return b.const((a1.astype(np.float32) * a2.astype(np.float32)).astype(np.float32), hint)
     return b.op("Mul", [s1, s2], hint=hint)
 
 
@@ -90,4 +97,6 @@ def output_dtype(node: ir.Node, zp: ir.Value | None, fallback: ir.Value) -> str:
     name = int_type_name(dtype_of(zp)) or int_type_name(dtype_of(fallback))
     if name is None:
         raise QnnxError(f"{node.op_type} output type is unknown (untyped zero point)")
+    if name not in ("int8", "uint8"):  # QLinear* / com.microsoft QOperator outputs (the y zero point's type)
+        raise QnnxError(f"{node.op_type} outputs int8 or uint8 (the type of its output zero point), got {name}")
     return name

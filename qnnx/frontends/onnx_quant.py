@@ -23,6 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.dialect import DOMAIN, VERSION
+from qnnx.dialect.qparams import check_graph, check_node
 from qnnx.dtypes import INT_TYPES, int_type, is_int_type
 from qnnx.errors import QnnxError
 # com.microsoft QOperator rules: importing the module registers them (it imports import_registry only).
@@ -141,9 +142,11 @@ def _dynamic_quantize_linear(node: ir.Node, b: Builder):
 
 
 def import_onnx(model, *, copy: bool = True) -> ir.Model:
-    """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``)."""
+    """Rewrite standard ONNX quantization ops into the qnnx dialect (a new ``ir.Model``); every qnnx
+    op, imported or already there, keeps the qparams rules (:mod:`qnnx.dialect.qparams`)."""
     m = load_model(model, copy=copy)
     graph = m.graph
+    check_graph(graph)  # qnnx ops already in the file
     changed = False
     for node in list(graph):
         rule = IMPORT_RULES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
@@ -152,6 +155,12 @@ def import_onnx(model, *, copy: bool = True) -> ir.Model:
         b = Builder(graph, node.name or node.op_type)
         try:
             new_values = rule(node, b)
+            for new in b.nodes:  # the qparams rules, on the op the ONNX one became
+                if new.domain == DOMAIN:
+                    try:
+                        check_node(new)
+                    except QnnxError as e:
+                        raise e.at(f"qnnx.{new.op_type}") from None
         except QnnxError as e:
             raise e.at(f"node {node.name or node.op_type!r} ({node.op_type})") from None
         if new_values is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import ops
+from qnnx import numerics, ops
 from qnnx.dialect import DOMAIN
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
@@ -61,8 +61,14 @@ def _const_type(node: ir.Node, i: int, dtype_value: ir.Value) -> AffineType:
     s, z = const_array(input_at(node, i)), const_array(input_at(node, i + 1)) if input_at(node, i + 1) else 0
     if s is None or z is None:
         raise QnnxError(f"{node.op_type} needs constant qparams to build its lookup table")
-    return AffineType(np.asarray(s, np.float32), np.asarray(z), int_type(output_dtype(node, input_at(node, i + 1),
-                                                                                      dtype_value)))
+    dtype = int_type(output_dtype(node, input_at(node, i + 1), dtype_value))
+    names = ("X_scale", "X_zero_point") if i == 1 else ("Y_scale", "Y_zero_point")
+    for p, name in ((s, names[0]), (z, names[1])):  # the table keeps no qparams to check later
+        if np.asarray(p).size != 1:
+            raise QnnxError(f"{name} must be per-tensor to build the lookup table, got shape {np.shape(p)}")
+    numerics.check_scale(s, names[0])
+    numerics.check_zero_point(z, dtype, names[1])
+    return AffineType(np.asarray(s, np.float32), np.asarray(z), dtype)
 
 
 def _unary_lut(node: ir.Node, b: Builder, op_type: str):

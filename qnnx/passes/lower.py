@@ -30,8 +30,9 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx import numerics, numerics_mlas
-from qnnx.dialect import DOMAIN, get_schema
+from qnnx.dialect import DOMAIN
 from qnnx.dialect.elementwise_ops import concat_output_qparams
+from qnnx.dialect.qparams import check_node
 from qnnx.dialect.windows import window
 from qnnx.dtypes import int_type
 from qnnx.errors import QnnxError
@@ -931,8 +932,7 @@ def lower(model, *, copy: bool = True) -> ir.Model:
             rule = LOWER_RULES.get(node.op_type)
             if rule is None:
                 raise QnnxError("no lowering rule for this op")
-            attrs = get_schema(node.op_type).resolve_attributes(
-                {k: v.value for k, v in node.attributes.items()}, where)
+            attrs = check_node(node)  # the qparams rules import and from_qdq apply too
             b = Builder(graph, node.name or node.op_type)
             new_values = rule(node, attrs, b)
         except QnnxError as e:

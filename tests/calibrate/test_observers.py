@@ -195,7 +195,7 @@ def test_qparams_validation_and_equality():
     for kwargs, match in [
         (dict(scale=np.float32(0), zero_point=0, dtype="uint8"), "positive and finite"),
         (dict(scale=np.float32(np.nan), zero_point=0, dtype="uint8"), "positive and finite"),
-        (dict(scale=np.float64(1e-50), zero_point=0, dtype="uint8"), "positive and finite"),  # flushes in f32
+        (dict(scale=np.float64(1e-50), zero_point=0, dtype="uint8"), "smallest normal float32"),  # flushes in f32
         (dict(scale=np.float32(1), zero_point=256, dtype="uint8"), "outside the uint8 range"),
         (dict(scale=np.float32([1, 1]), zero_point=[0], dtype="int8", axis=0), "shape"),
         (dict(scale=np.float32([1, 1]), zero_point=[0, 0], dtype="int8"), "per-tensor"),

@@ -98,6 +98,18 @@ def test_qlinear_lookup_table(op, attrs, dtype):
     compare(m, {"x": x}, lsb=1, ops=["lut"])
 
 
+@pytest.mark.parametrize("bad,match", [(dict(sx=np.float32(0)), "X_scale must be positive and finite"),
+                                       (dict(sy=np.float32("nan")), "Y_scale must be positive and finite"),
+                                       (dict(sx=np.full(2, 0.05, np.float32)), "X_scale must be per-tensor")])
+def test_qlinear_lookup_table_qparams_are_checked_before_the_table_is_built(bad, match):
+    """The lut keeps no qparams, so nothing later could see a zero scale: it must be refused here."""
+    consts = {**dict(sx=np.float32(0.05), zx=U8(128), sy=np.float32(1 / 256), zy=U8(0)), **bad}
+    x = np.zeros((1, 2), U8)
+    m = qop_model("QLinearSigmoid", {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"], U8)
+    with pytest.raises(qnnx.QnnxError, match=r"node 'qop' \(QLinearSigmoid\): " + match):
+        qnnx.import_onnx(m)
+
+
 # --------------------------------------------------------------------------- QLinearConcat
 
 
