@@ -429,7 +429,9 @@ def _read_speed_plan(path: str | None, speed_fallback: str) -> tuple[str, ...] |
 def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
     import json
 
-    Path(path).write_text(json.dumps({"float_kinds": list(kinds)}) + "\n")
+    from qnnx.ir.io import save_text
+
+    save_text(json.dumps({"float_kinds": list(kinds)}) + "\n", path)
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:

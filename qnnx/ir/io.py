@@ -71,25 +71,35 @@ def umask() -> int:
     return mask
 
 
-def save_model(model: ir.Model, path, *, external_data: str | None = None) -> Path:
-    """Write ``model`` to ``path`` atomically (temp file + rename), with the permissions any tool
-    gives a new file (0666 less the umask; the temp file alone would be private). A path that
-    cannot be written is a :class:`QnnxError` naming it."""
+def write_atomically(path, write, what: str = "the file") -> Path:
+    """``write(tmp)`` into a temporary file beside ``path``, then renamed onto it: ``path`` is never half
+    written. The file gets the permissions any tool gives a new file (0666 less the umask; the temp
+    file alone would be private). A path that cannot be written is a :class:`QnnxError` naming it."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
-        ir.save(model, tmp, external_data=external_data)
+        write(tmp)
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except OSError as e:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise QnnxError(f"cannot write the model: {e.strerror or e}", where=str(path)) from None
+        raise QnnxError(f"cannot write {what}: {e.strerror or e}", where=str(path)) from None
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_model(model: ir.Model, path, *, external_data: str | None = None) -> Path:
+    """Write ``model`` to ``path`` atomically (:func:`write_atomically`)."""
+    return write_atomically(path, lambda tmp: ir.save(model, tmp, external_data=external_data), "the model")
+
+
+def save_text(text: str, path) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_atomically`)."""
+    return write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
