@@ -139,3 +139,14 @@ def pytest_collection_modifyitems(config, items):
                                        "without VNNI): no exact oracle here")
         for item in marked:
             item.add_marker(skip)
+
+
+def one_line_error(fn) -> str:
+    """The message of the QnnxError ``fn()`` raises, checked to be one line (what the CLI prints)."""
+    from qnnx import QnnxError
+
+    with pytest.raises(QnnxError) as info:
+        fn()
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    return msg

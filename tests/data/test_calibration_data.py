@@ -15,6 +15,7 @@ from PIL import Image
 import qnnx
 from qnnx import CalibrationData, QnnxError, QuantConfig
 from qnnx.data import ImageFolder, ImagePreprocess, InputSpec, input_specs
+from conftest import one_line_error
 
 RNG = np.random.default_rng(11)
 ONE = [InputSpec("x", (1, 3, 4, 4))]
@@ -28,14 +29,6 @@ def _x(value: float = 0.0, shape=(1, 3, 4, 4)) -> np.ndarray:
 def _values(data) -> list[float]:
     """Each sample's first element: which sample it is (the fixtures fill sample i with i)."""
     return [float(next(iter(f.values())).flat[0]) for f in data]
-
-
-def _error(fn) -> str:
-    with pytest.raises(QnnxError) as info:
-        fn()
-    msg = str(info.value)
-    assert "\n" not in msg, msg
-    return msg
 
 
 @pytest.fixture
@@ -187,7 +180,7 @@ def test_head_is_the_first_n_in_order(npy_dir):
     assert _values(data.head(4)) == order[:4] and len(data.head(4)) == 4
     assert _values(data.head(4).head(2)) == order[:2] and _values(data.head(2).head(4)) == order[:2]
     assert data.head(6) is data and data.head(100) is data
-    assert "head needs a positive number" in _error(lambda: data.head(0))
+    assert "head needs a positive number" in one_line_error(lambda: data.head(0))
 
 
 @pytest.mark.parametrize("validation,held", [(3, [2, 6, 10]), (0.25, [2, 6, 10]), (1, [6]),
@@ -213,7 +206,7 @@ def test_split_of_a_subset_and_of_a_generator(npy_dir):
 
 @pytest.mark.parametrize("validation", [0, 12, 13, 0.01, 0.99, 1.0, 0.0, -1, True, "2"])
 def test_split_refuses_an_empty_part(npy_dir, validation):
-    msg = _error(lambda: CalibrationData.from_source(npy_dir).split(validation))
+    msg = one_line_error(lambda: CalibrationData.from_source(npy_dir).split(validation))
     assert "hold out" in msg or "validation" in msg
 
 
@@ -222,7 +215,7 @@ def test_split_refuses_an_empty_part(npy_dir, validation):
 
 def test_not_bound():
     data = CalibrationData.from_source([_x()])
-    assert "not bound to a model's inputs" in _error(lambda: list(data))
+    assert "not bound to a model's inputs" in one_line_error(lambda: list(data))
 
 
 @pytest.mark.parametrize("source,specs,message", [
@@ -237,30 +230,30 @@ def test_not_bound():
     (iter([]), ONE, "calibration data is empty"),
 ])
 def test_bad_samples_give_the_same_one_line_errors(source, specs, message):
-    assert _error(lambda: list(CalibrationData.from_source(source).bind(specs))) == message
+    assert one_line_error(lambda: list(CalibrationData.from_source(source).bind(specs))) == message
 
 
 def test_bad_sources_are_refused_when_built(tmp_path, image_dir):
-    assert _error(lambda: CalibrationData.from_source(5)) == \
+    assert one_line_error(lambda: CalibrationData.from_source(5)) == \
         "calibration must be a directory or an iterable of samples, got int"
-    assert _error(lambda: CalibrationData.from_source(tmp_path / "nope")) == \
+    assert one_line_error(lambda: CalibrationData.from_source(tmp_path / "nope")) == \
         f"{tmp_path / 'nope'}: calibration path is not a directory"
-    assert "no .npy or .npz calibration files, only images" in _error(lambda: CalibrationData.from_source(image_dir))
-    assert "give a list of {input name: array} dicts" in _error(lambda: CalibrationData.from_source({"x": _x()}))
-    assert "num_samples must be a positive int" in _error(lambda: CalibrationData.from_source([_x()], num_samples=0))
+    assert "no .npy or .npz calibration files, only images" in one_line_error(lambda: CalibrationData.from_source(image_dir))
+    assert "give a list of {input name: array} dicts" in one_line_error(lambda: CalibrationData.from_source({"x": _x()}))
+    assert "num_samples must be a positive int" in one_line_error(lambda: CalibrationData.from_source([_x()], num_samples=0))
     # images for a two-input model: refused when bound, before any file is read
-    assert _error(lambda: CalibrationData.from_source(ImageFolder(image_dir)).bind(TWO)) == \
+    assert one_line_error(lambda: CalibrationData.from_source(ImageFolder(image_dir)).bind(TWO)) == \
         f"{image_dir}: images feed a single-input model; this one has inputs a, b"
 
 
 def test_a_bad_file_is_named(npy_dir):
     (npy_dir / "05.npy").write_bytes(b"garbage")
-    msg = _error(lambda: list(CalibrationData.from_source(npy_dir).bind(ONE)))
+    msg = one_line_error(lambda: list(CalibrationData.from_source(npy_dir).bind(ONE)))
     assert msg.startswith(f"{npy_dir / '05.npy'}: cannot read calibration sample (")
 
 
 def test_a_callable_that_gives_no_iterable():
-    assert _error(lambda: list(CalibrationData.from_source(lambda: 3).bind(ONE))) == \
+    assert one_line_error(lambda: list(CalibrationData.from_source(lambda: 3).bind(ONE))) == \
         "calibration <lambda>() gave int, not an iterable of samples"
 
 
@@ -274,7 +267,7 @@ def test_files_are_read_lazily(npy_dir):
     assert len(data) == 12  # counted from the listing
     it = iter(data)
     assert _values([next(it) for _ in range(3)]) == [0, 1, 2]
-    assert "03.npy: cannot read calibration sample" in _error(lambda: next(it))
+    assert "03.npy: cannot read calibration sample" in one_line_error(lambda: next(it))
     assert _values(data.head(3)) == [0, 1, 2]
     assert _values(data.split(3)[1]) == [2, 6, 10]  # held out, 03.npy not among them
 

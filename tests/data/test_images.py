@@ -14,6 +14,7 @@ import qnnx
 from qnnx import QnnxError, QuantConfig
 from qnnx.data import input_specs, iter_samples
 from qnnx.data.images import PRESETS, ImageFolder, ImagePreprocess, describe
+from conftest import one_line_error
 
 RNG = np.random.default_rng(5)
 
@@ -43,14 +44,6 @@ def _model(dims=(1, 3, 4, 4)):
 
 def _specs(model):
     return input_specs(ir.from_proto(model))
-
-
-def _error(fn) -> str:
-    with pytest.raises(QnnxError) as info:
-        fn()
-    msg = str(info.value)
-    assert "\n" not in msg, msg
-    return msg
 
 
 # --------------------------------------------------------------------------- preprocessing steps
@@ -250,12 +243,12 @@ def test_dynamic_model_accepts_each_images_own_size(tmp_path):
 def test_directory_without_images(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "x.npy").write_bytes(b"")
-    msg = _error(lambda: ImageFolder(tmp_path))
+    msg = one_line_error(lambda: ImageFolder(tmp_path))
     assert "no image files (.jpg .jpeg .png .bmp .webp)" in msg and str(tmp_path) in msg
 
 
 def test_missing_directory(tmp_path):
-    msg = _error(lambda: ImageFolder(tmp_path / "nope"))
+    msg = one_line_error(lambda: ImageFolder(tmp_path / "nope"))
     assert "image path is not a directory" in msg and "nope" in msg
 
 
@@ -269,15 +262,15 @@ def test_unreadable_image_names_the_file(tmp_path, content, kind):
     else:
         bad.write_bytes(content)
     folder = ImageFolder(tmp_path)
-    msg = _error(lambda: list(folder))
+    msg = one_line_error(lambda: list(folder))
     assert msg.startswith(f"{bad}: cannot read image (") and kind in msg
-    msg = _error(lambda: qnnx.quantize(_model((1, 3, 2, 3)), folder, QuantConfig(progress=False)))
+    msg = one_line_error(lambda: qnnx.quantize(_model((1, 3, 2, 3)), folder, QuantConfig(progress=False)))
     assert "b.png: cannot read image" in msg
 
 
 def test_16_bit_images_are_refused_not_clipped(tmp_path):
     Image.fromarray(np.array([[0, 1000]], np.uint16)).save(tmp_path / "deep.png")
-    msg = _error(lambda: list(ImageFolder(tmp_path)))
+    msg = one_line_error(lambda: list(ImageFolder(tmp_path)))
     assert msg == (f"{tmp_path / 'deep.png'}: I;16 images (16/32-bit) are not supported; save the calibration "
                    "images as 8-bit")
 
@@ -285,26 +278,26 @@ def test_16_bit_images_are_refused_not_clipped(tmp_path):
 def test_shape_mismatch_names_the_file_and_says_what_to_change(tmp_path):
     _png(tmp_path / "a.png")
     specs = _specs(_model())
-    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(8, 8))), specs)))
+    msg = one_line_error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(8, 8))), specs)))
     assert msg == (f"{tmp_path / 'a.png'}: image gives input 1x3x8x8 but model input 'x' expects 1x3x4x4 "
                    "(resize to 4x4?)")
-    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(4, 4), layout="nhwc")),
+    msg = one_line_error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(4, 4), layout="nhwc")),
                                            specs)))
     assert "image gives input 1x4x4x3 but model input 'x' expects 1x3x4x4 (layout nchw?)" in msg
-    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(4, 4))),
+    msg = one_line_error(lambda: list(iter_samples(ImageFolder(tmp_path, ImagePreprocess(size=(4, 4))),
                                            _specs(_model((1, 1, 4, 4))))))
     assert "image gives input 1x3x4x4 but model input 'x' expects 1x1x4x4 (grayscale?)" in msg
 
 
 def test_two_input_model_is_refused(tmp_path):
     _png(tmp_path / "a.png")
-    msg = _error(lambda: list(iter_samples(ImageFolder(tmp_path), _specs(add((1, 3, 2, 3))))))
+    msg = one_line_error(lambda: list(iter_samples(ImageFolder(tmp_path), _specs(add((1, 3, 2, 3))))))
     assert "images feed a single-input model; this one has inputs a, b" in msg and str(tmp_path) in msg
 
 
 def test_npy_directory_holding_only_images_points_to_image_folder(tmp_path):
     _png(tmp_path / "a.png")
-    msg = _error(lambda: list(iter_samples(tmp_path, _specs(_model()))))
+    msg = one_line_error(lambda: list(iter_samples(tmp_path, _specs(_model()))))
     assert "no .npy or .npz calibration files, only images: give an ImageFolder" in msg and str(tmp_path) in msg
 
 
@@ -328,11 +321,11 @@ def test_npy_directory_holding_only_images_points_to_image_folder(tmp_path):
     (dict(pad_value=float("nan")), "pad_value must be a finite number"),
 ])
 def test_bad_options(options, expected):
-    assert expected in _error(lambda: ImagePreprocess(**options))
+    assert expected in one_line_error(lambda: ImagePreprocess(**options))
 
 
 def test_bad_preset_and_override():
-    assert _error(lambda: ImagePreprocess.preset("resnet")) == \
+    assert one_line_error(lambda: ImagePreprocess.preset("resnet")) == \
         "unknown image preset 'resnet'; expected one of imagenet, yolo"
-    assert _error(lambda: ImagePreprocess.preset("yolo", sise=(1, 1))) == "unknown ImagePreprocess option(s): sise"
-    assert "size must be two positive ints" in _error(lambda: ImagePreprocess.preset("yolo", size=(0, 1)))
+    assert one_line_error(lambda: ImagePreprocess.preset("yolo", sise=(1, 1))) == "unknown ImagePreprocess option(s): sise"
+    assert "size must be two positive ints" in one_line_error(lambda: ImagePreprocess.preset("yolo", size=(0, 1)))
