@@ -165,7 +165,7 @@ def optimize_exactly(m: ir.Model) -> None:
               passes.RemoveUnusedFunctionsPass(), passes.RemoveUnusedOpsetsPass(), passes.RemoveUnusedNodesPass(),
               passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
               passes.LiftSubgraphInitializersToMainGraphPass(), passes.DeduplicateInitializersPass(),
-              passes.CommonSubexpressionEliminationPass(), passes.OutputFixPass(), passes.NameFixPass()):
+              passes.CommonSubexpressionEliminationPass(), passes.NameFixPass()):
         p(m)
 
 

@@ -58,3 +58,20 @@ def test_output_mismatch_tells_float_rounding_from_a_changed_model():
     assert "range" in _output_mismatch([[a]], [[a + 0.1]])[1]
     assert "inf/NaN" in _output_mismatch([[np.array([-23.0])]], [[np.array([-np.inf])]])[1]
     assert _output_mismatch([[np.array([np.nan, 1.0])]], [[np.array([np.nan, 1.0])]]) == (0.0, "")
+
+
+def test_an_input_that_is_also_an_output_keeps_its_name():
+    """(onnx-ir's OutputFixPass renamed such an input to x_orig: the model's interface changed.)"""
+    import qnnx
+
+    g = Graph()
+    x = g.input("x", [1, 2, 4, 4])
+    w = g.const(np.random.default_rng(0).standard_normal((2, 2, 1, 1)).astype(np.float32))
+    m = g.model(g.node("Conv", [x, w], name="conv"), x)
+    assert [v.name for v in prepare(m).graph.inputs] == ["x"]
+    data = [np.random.default_rng(i).standard_normal((1, 2, 4, 4)).astype(np.float32) for i in range(6)]
+    qm = qnnx.quantize(m, data, qnnx.QuantConfig(progress=False))
+    written = qm.export("qdq")
+    assert [v.name for v in written.graph.inputs] == ["x"] and [v.name for v in written.graph.outputs][1] == "x"
+    session = ort.InferenceSession(to_proto(written).SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": data[0]})[1], data[0])
