@@ -64,10 +64,13 @@ def test_an_input_that_is_also_an_output_keeps_its_name():
     """(onnx-ir's OutputFixPass renamed such an input to x_orig: the model's interface changed.)"""
     import qnnx
 
-    g = Graph()
-    x = g.input("x", [1, 2, 4, 4])
-    w = g.const(np.random.default_rng(0).standard_normal((2, 2, 1, 1)).astype(np.float32))
-    m = g.model(g.node("Conv", [x, w], name="conv"), x)
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((2, 2, 1, 1)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4]), x], [w])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert [v.name for v in prepare(m).graph.inputs] == ["x"]
     data = [np.random.default_rng(i).standard_normal((1, 2, 4, 4)).astype(np.float32) for i in range(6)]
     qm = qnnx.quantize(m, data, qnnx.QuantConfig(progress=False))
