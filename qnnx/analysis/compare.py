@@ -13,8 +13,10 @@ import math
 import onnx_ir as ir
 
 from qnnx.autoquant.prepare import prepare
+from qnnx.dialect import DOMAIN
 from qnnx.ir import load_model
 from qnnx.metrics import LayerError, compare_models, float_outputs
+from qnnx.passes.lower import lower
 
 __all__ = ["LayerError", "compare", "compare_models", "float_outputs", "format_table", "made_by_qnnx"]
 
@@ -25,9 +27,12 @@ def made_by_qnnx(model: ir.Model) -> bool:
 
 def compare(float_model, quant_model, data, *, num_samples: int | None = None, progress=None) -> list[LayerError]:
     """Per-tensor error of ``quant_model`` against ``float_model`` (prepared first when qnnx made the
-    quantized model, so its folded values are compared with what they compute); the tensors equal on
-    both sides (untouched by quantization) are left out, the outputs always kept."""
+    quantized model, so its folded values are compared with what they compute; a model in the qnnx
+    dialect is lowered first); the tensors equal on both sides (untouched by quantization) are left out,
+    the outputs always kept."""
     fm, qm = load_model(float_model), load_model(quant_model)
+    if any(n.domain == DOMAIN for n in qm.graph):  # the qnnx dialect runs on ONNX Runtime lowered (bit-exact)
+        qm = lower(qm, copy=False)
     if made_by_qnnx(qm):
         dtypes = {n.inputs[2].dtype for n in qm.graph if n.op_type == "QuantizeLinear" and len(n.inputs) > 2
                   and n.inputs[2] is not None}

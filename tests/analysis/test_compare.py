@@ -139,3 +139,23 @@ def test_a_float_reference_gives_the_same_statistics_without_rerunning_the_float
         [(e.name, e.signal, e.noise, e.dot, e.channel_cosine) for e in cached]
     with pytest.raises(ValueError, match="outputs_only"):
         compare_models(_model(1.0), _model(1.1), data, reference=reference)
+
+
+def test_compare_reads_every_format_quantize_writes_and_lists_only_changed_layers(tmp_path):
+    """qdq (padded for ORT), the canonical qnnx model (lowered to run) and the lowered one; a layer that
+    quantization leaves exact is not listed, and the prepared float model is the reference."""
+    import qnnx
+    from qnnx.analysis.compare import compare
+    from float_graphs import main_model, samples
+
+    model, data = main_model(), samples(6)
+    qm = qnnx.quantize(model, data, qnnx.QuantConfig(progress=False))
+    for fmt in ("qdq", "qnnx", "lowered"):
+        path = tmp_path / f"{fmt}.onnx"
+        qm.save(path, format=fmt)
+        errors = compare(model, path, data, num_samples=2)
+        outputs = [e for e in errors if e.is_output]
+        assert [e.name for e in outputs] == ["y"] and outputs[0].sqnr_db > 15, fmt
+        assert all(not (e.sqnr_db == float("inf")) for e in errors if not e.is_output), fmt
+    unquantized = compare(model, model, data, num_samples=2)
+    assert [e.name for e in unquantized if not e.is_output] == []
