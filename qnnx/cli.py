@@ -326,6 +326,10 @@ def quantize(
             "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
             "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
+        accuracy_guard: Annotated[bool, typer.Option(
+            "--accuracy-guard/--no-accuracy-guard", rich_help_panel=_REFINEMENTS,
+            help="refuse a model whose outputs end far from float (SQNR < 6 dB or cosine < 0.9) and apply "
+            "--min-sqnr/--min-cosine; off: write it whatever its outputs (the report warns)")] = True,
         speed_plan: Annotated[str | None, typer.Option(
             "--speed-plan", metavar="FILE", show_default=False, rich_help_panel=_REFINEMENTS,
             help="replay the speed fallback's decisions from FILE without timing (reproducible); when FILE does "
@@ -381,7 +385,7 @@ def quantize(
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
-                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine,
+                                      min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
                                       speed_plan=_read_speed_plan(speed_plan, speed_fallback.value)))
     if validation is not None and val is not None:
         raise UsageError("--validation and --val are mutually exclusive")

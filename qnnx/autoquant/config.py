@@ -145,10 +145,10 @@ class RefinementOptions:
     same inputs give the same model.
     ``speed_plan``: replay a speed fallback's decisions without timing: the kinds of patterns to leave float
     (``SpeedReport.plan()`` of an earlier run; ("all",): the whole model), so the output is reproducible.
-    ``min_sqnr_db`` / ``min_cosine``: the accuracy guard's target for every output against float (on the
-    held-out samples, else the refinement samples); the costliest patterns return to float until it is
-    met. None: the report's "far from float" bounds (6 dB, 0.9), so a far output is rescued or refused.
-    ``accuracy_guard``: False writes the model whatever its outputs (the report still warns when far).
+    ``min_sqnr_db`` / ``min_cosine``: an accuracy target for every output against float (on the held-out
+    samples, else the refinement samples); the costliest patterns return to float until it is met.
+    ``accuracy_guard``: True (default) refuses a model whose outputs end far from float (the report's
+    bounds, 6 dB / 0.9) and applies the target; False writes it whatever its outputs (the report warns).
     """
 
     smoothing_alpha: float | None = 0.5

@@ -119,7 +119,22 @@ def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, val
         raise nothing_quantized(state.plan)
     for stage in STAGES_AFTER:
         state = stage(state)
+        if stage is AGREEMENT and config.refinements.accuracy_guard:
+            refuse_far_outputs(state)
     return state
+
+
+def refuse_far_outputs(state: QuantState) -> None:
+    """A model whose outputs are far from float (report.far_outputs) is not returned: the error says what
+    to do instead of writing it with a warning."""
+    far = state.report.far_outputs()
+    if far:
+        o = far[0]
+        kind = "held-out" if o.held_out else "calibration"
+        raise QnnxError(f"output {o.name!r} is far from the float model's (SQNR {o.sqnr_db:.1f} dB, cosine {o.cosine:.3f} "
+                        f"on {o.samples} {kind} sample(s)): not written. Set an accuracy target (--min-sqnr DB / "
+                        "--min-cosine C) to keep the costliest layers float, check the calibration samples, or pass "
+                        "--no-accuracy-guard to write it anyway")
 
 
 class QuantizedModel:

@@ -149,6 +149,19 @@ def _fit_bias(w_qp: QParams, bias: np.ndarray, x_scale) -> QParams:
     return QParams(np.maximum(scale, need), w_qp.zero_point, w_qp.dtype, w_qp.axis)
 
 
+def _normal_bias_scale(w_qp: QParams, x_scale) -> QParams:
+    """Raise weight scales where ``x_scale * w_scale`` (the int32 bias scale) would be subnormal: a channel
+    of near-zero weights (scale near the float32 floor) under a small input scale. Subnormal scales are
+    invalid qparams (1/scale overflows); such weights quantize to 0 either way."""
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    need = np.float32(tiny / np.float32(np.asarray(x_scale).reshape(())))
+    scale = np.asarray(w_qp.scale, np.float32)
+    if np.all(scale * np.float32(np.asarray(x_scale).reshape(())) >= tiny):
+        return w_qp
+    return QParams(np.maximum(scale, need * np.float32(1 + 2 ** -20)).astype(np.float32), w_qp.zero_point, w_qp.dtype,
+                   w_qp.axis)
+
+
 def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool) -> QParams:
     obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis))
     obs.observe(np.asarray(w, np.float32))
@@ -246,6 +259,8 @@ class QDQRewriter(AffineRewriter):
         return qp
 
     def weight(self, anchor, idx, w, qp, axis, x, bias):
+        if x is not None:
+            qp = _normal_bias_scale(qp, x.scale)
         if bias is not None and x is not None:
             qp = _fit_bias(qp, bias, x.scale)
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)

@@ -1,7 +1,10 @@
 """Accuracy guard: the outputs must meet a target against float, or the costliest patterns go back to float.
 
-    target   every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (refinement options);
-             without a target, the report's "far from float" bounds (report.FAR_SQNR_DB, FAR_COSINE)
+    target   every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (refinement options;
+             one of them given turns the guard on, the other then defaults to the report's "far from
+             float" bound, report.FAR_SQNR_DB / FAR_COSINE)
+
+Without a target, the runner only refuses a model whose final outputs are far from float (pipeline.py).
 
 Measured on the held-out samples when there are, else on the refinement samples. When the target is
 missed, each match's own output SQNR in the quantized model (sqnr_fallback.pattern_sqnr: its error
@@ -57,7 +60,8 @@ class AccuracyGuard(Refinement):
     validated = False  # it is the held-out check itself
 
     def enabled(self, config) -> bool:
-        return config.refinements.accuracy_guard
+        r = config.refinements
+        return r.accuracy_guard and (r.min_sqnr_db is not None or r.min_cosine is not None)
 
     def apply(self, state):
         options = state.config.refinements

@@ -28,10 +28,12 @@ def _data(n=12):
     return [rng.uniform(-5, 0, (1, 8)).astype(np.float32) for _ in range(n)]
 
 
-def test_a_far_output_is_rescued_by_default():
-    qm = qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False, allow_float=True))
+def test_a_far_output_is_refused_by_default_and_rescued_by_a_target():
+    with pytest.raises(QnnxError, match="output '.*' is far from the float model's.*not written.*--min-sqnr"):
+        qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False))
+    qm = qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False, min_sqnr_db=6.0))
     record = qm.report.record("accuracy_guard")
-    assert record is not None and record.left_float, qm.report.summary()
+    assert record is not None and record.left_float and qm.report.quantized(), qm.report.summary()
     assert record.worst_before[0] < 6 <= record.worst_after[0]
     assert not qm.report.far_outputs()
     assert "accuracy guard" in qm.report.summary()
@@ -48,7 +50,7 @@ def test_a_model_that_meets_the_target_is_untouched():
     g = Graph()
     x = g.input("x", [1, 8])
     model = g.model(g.node("Relu", [g.node("Add", [x, x], name="double")], name="out"))
-    qm = qnnx.quantize(model, _data(), QuantConfig(progress=False))
+    qm = qnnx.quantize(model, _data(), QuantConfig(progress=False, min_cosine=0.99))
     record = qm.report.record("accuracy_guard")
     assert record is not None and record.left_float == () and record.lines() == []
     assert all(d.quantized for d in qm.report.decisions if d.pattern)
