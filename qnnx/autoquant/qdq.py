@@ -280,39 +280,6 @@ class QDQRewriter(AffineRewriter):
         _fold_scale(self.graph, self.nodes[match.nodes[0].name], self.qparams[match.outputs[0].value.name])
 
 
-def float_max_pools(graph: ir.Graph) -> int:
-    """Each MaxPool reading a per-tensor DequantizeLinear gets its own DequantizeLinear with the same
-    qparams repeated along the channel axis: the same numbers, but ONNX Runtime's QDQ rules (which
-    drop a DQ -> MaxPool -> Q pair only for scalar qparams) then leave the MaxPool float. ORT 1.31's
-    uint8 MaxPool is a slow generic loop, slower than the float MaxPool with its DQ and Q, which gives
-    a bit-identical output (figures: docs/experiments.md, "ONNX Runtime kernels"). Max commutes with
-    the monotone dequantization, so nothing changes but the kernel. Needs the channel count; returns
-    the number of MaxPools changed."""
-    changed = 0
-    for node in list(graph):
-        if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx"):
-            continue
-        x = node.inputs[0]
-        dq = x.producer()
-        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or x.shape is None or len(x.shape) < 3:
-            continue
-        channels = x.shape[1]
-        scale, zp = const_array(dq.inputs[1]), const_array(dq.inputs[2])
-        if not isinstance(channels, int) or scale is None or zp is None or scale.size != 1 or zp.size != 1:
-            continue
-        b = Builder(graph, node.name or "MaxPool")
-        per_axis = b.op("DequantizeLinear", [dq.inputs[0], b.const(np.full(channels, scale.reshape(()), scale.dtype),
-                                                                   "channel_scale"),
-                                             b.const(np.full(channels, zp.reshape(()), zp.dtype), "channel_zero_point")],
-                        hint="DequantizeLinear", axis=1)
-        per_axis.type, per_axis.shape = x.type, x.shape
-        graph.insert_before(node, b.nodes)
-        node.replace_input_with(0, per_axis)
-        _drop_if_dead(graph, dq)
-        changed += 1
-    return changed
-
-
 def _dequantized_constant(v: ir.Value | None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(real values in float64, stored integers)`` of a DequantizeLinear of constants (scalar or
     same-shape per-axis qparams), else None."""
@@ -438,11 +405,10 @@ def shifts_as_zero_points(graph: ir.Graph) -> int:
 def realize_qdq(float_model: ir.Model, plan, value_qparams: dict[str, QParams], config) -> ir.Model:
     """A copy of ``float_model`` with Q/DQ for every target of ``plan``'s matches (each match's
     pattern realizes it: :meth:`qnnx.autoquant.patterns.Pattern.realize`), shaped for ONNX Runtime's
-    kernels: :func:`float_max_pools` (no number changes), :func:`shifts_as_zero_points` (a constant add
+    kernels: :func:`shifts_as_zero_points` (a constant add
     becomes a zero point, rounded to the input's scale)."""
     rewriter = QDQRewriter(float_model, plan, value_qparams, config)
     for match in plan.matches:
         pattern_named(match.pattern).realize(match, rewriter)
-    float_max_pools(rewriter.graph)
     shifts_as_zero_points(rewriter.graph)
     return rewriter.finish()

@@ -1,6 +1,7 @@
 """ONNX Runtime (CPU) as a deployment target.
 
-    export   each quantized depthwise conv's channels padded to ORT's fast kernel (channel_padding.py)
+    export   MaxPools read a per-channel DequantizeLinear so ORT keeps them float (max_pool.py); each
+             quantized depthwise conv's channels padded to ORT's fast kernel (channel_padding.py)
     check    ORT's level-2 optimizer run once on the exported model: quantized conv/matmul groups it
              would leave float (fusion_check.py)
     timer    median latency on one thread, models timed interleaved (latency.py)
@@ -20,6 +21,7 @@ from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwis
 from qnnx.targets.onnxruntime.fusion_check import unfused
 from qnnx.targets.onnxruntime.kernels import u8s8_saturates
 from qnnx.targets.onnxruntime.latency import median_latency_ms
+from qnnx.targets.onnxruntime.max_pool import float_max_pools
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class OnnxRuntimeTarget:
     def _exported(qdq: ir.Model) -> tuple[ir.Model, list[PaddingRecord]]:
         copy = qdq.clone()
         copy.producer_name = "qnnx"
+        float_max_pools(copy.graph)
         return copy, pad_depthwise_channels(copy.graph)
 
 
