@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +35,13 @@ def model_dir() -> Path:
 
 
 def cached_onnx_path() -> Path:
-    """Where the export of the installed package version lives (it may not exist yet)."""
-    return OUT / f"minilm_l6_v2-{version(PACKAGE)}-opset{OPSET}.onnx"
+    """Where the export of the installed package version lives (it may not exist yet; without the
+    package, a name that says so: the task is then reported unavailable, see ``Task.unavailable``)."""
+    try:
+        v = version(PACKAGE)
+    except PackageNotFoundError:
+        v = "not-installed"
+    return OUT / f"minilm_l6_v2-{v}-opset{OPSET}.onnx"
 
 
 def onnx_path() -> Path:

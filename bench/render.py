@@ -252,3 +252,162 @@ def sentence(rng: np.random.Generator) -> str:
     for _ in range(int(rng.integers(0, 4))):
         text += joins[int(rng.integers(len(joins)))] + _clause(rng, False)
     return text[0].upper() + text[1:] + "."
+
+
+# --------------------------------------------------------------------------- document pages
+LAYOUT_CLASSES = ("text", "title", "figure", "figure_caption", "table", "table_caption", "header", "footer")
+
+
+def _paragraph(d: ImageDraw.ImageDraw, rng: np.random.Generator, x: int, y: int, w: int, f, ink: int,
+               lines: int) -> int:
+    """Justified-looking lines of random words from (x, y) in a column ``w`` wide; returns the bottom."""
+    lh = sum(f.getmetrics()) + 2
+    for k in range(lines):
+        text = ""
+        while True:
+            word = random_text(rng, max_words=1)
+            if f.getlength(text + " " + word) > w:
+                break
+            text = (text + " " + word).strip()
+        if k == lines - 1:  # short last line
+            text = text[: max(1, int(len(text) * rng.uniform(0.3, 0.9)))]
+        d.text((x, y), text, fill=ink, font=f)
+        y += lh
+    return y
+
+
+def document_page(rng: np.random.Generator, size: tuple[int, int] = (608, 800)):
+    """A rendered document page: header, title, columns of paragraphs, a table and a figure with their
+    captions, a footer. Returns (BGR image, [(x0, y0, x1, y1), class name] regions as drawn)."""
+    W, H = size
+    paper = int(rng.integers(215, 256))
+    ink = int(rng.integers(0, 70))
+    im = Image.new("L", (W, H), paper)
+    d = ImageDraw.Draw(im)
+    regions = []
+    face = lambda bold=False: str(rng.choice([f for f in FONT_FILES if ("Bold" in f) == bold]))
+    body = font(face(), int(rng.integers(9, 14)))
+    margin = int(rng.integers(24, 56))
+    y = int(rng.integers(12, 24))
+    hf = font(face(), int(rng.integers(8, 11)))
+    d.text((margin, y), random_text(rng, 4), fill=ink, font=hf)
+    regions.append(((margin, y, margin + int(hf.getlength(random_text(rng, 1))) + 80, y + sum(hf.getmetrics())),
+                    "header"))
+    y += 30
+    tf = font(face(True), int(rng.integers(18, 30)))
+    title = random_text(rng, 4)
+    tx = margin if rng.random() < 0.5 else max(margin, (W - int(tf.getlength(title))) // 2)
+    d.text((tx, y), title, fill=ink, font=tf)
+    regions.append(((tx, y, tx + int(tf.getlength(title)), y + sum(tf.getmetrics())), "title"))
+    y += sum(tf.getmetrics()) + 16
+    cols = int(rng.integers(1, 3))
+    gap = 20
+    cw = (W - 2 * margin - (cols - 1) * gap) // cols
+    for c in range(cols):
+        x, yy = margin + c * (cw + gap), y
+        while yy < H - 120:
+            block = rng.random()
+            if block < 0.6:
+                y1 = _paragraph(d, rng, x, yy, cw, body, ink, int(rng.integers(3, 9)))
+                regions.append(((x, yy, x + cw, y1), "text"))
+            elif block < 0.8:  # table: a grid with numbers
+                rows, ncol = int(rng.integers(3, 7)), int(rng.integers(2, 5))
+                rh = sum(body.getmetrics()) + 6
+                y1 = yy + rows * rh
+                if y1 > H - 100:
+                    break
+                for r in range(rows + 1):
+                    d.line((x, yy + r * rh, x + cw, yy + r * rh), fill=ink, width=1)
+                for k in range(ncol + 1):
+                    d.line((x + k * cw // ncol, yy, x + k * cw // ncol, y1), fill=ink, width=1)
+                for r in range(rows):
+                    for k in range(ncol):
+                        d.text((x + k * cw // ncol + 4, yy + r * rh + 3), str(int(rng.integers(0, 10 ** 4))),
+                               fill=ink, font=body)
+                regions.append(((x, yy, x + cw, y1), "table"))
+                cap = font(face(True), body.size)
+                d.text((x, y1 + 4), "Table " + random_text(rng, 3), fill=ink, font=cap)
+                regions.append(((x, y1 + 4, x + min(cw, int(cap.getlength("Table x")) + 120),
+                                 y1 + 4 + sum(cap.getmetrics())), "table_caption"))
+                y1 += 8 + sum(cap.getmetrics())
+            else:  # figure: a simple chart
+                fh = int(rng.integers(80, 200))
+                if yy + fh > H - 100:
+                    break
+                d.rectangle((x, yy, x + cw, yy + fh), outline=ink)
+                pts = np.cumsum(rng.normal(0, fh / 12, 12)) + fh / 2
+                xs = np.linspace(x + 8, x + cw - 8, 12)
+                d.line([(float(a), float(np.clip(yy + b, yy + 4, yy + fh - 4))) for a, b in zip(xs, pts)],
+                       fill=int(rng.integers(0, 120)), width=2)
+                for k in range(int(rng.integers(2, 8))):
+                    bx = x + 10 + k * (cw - 20) // 8
+                    bh = int(rng.integers(10, fh - 10))
+                    d.rectangle((bx, yy + fh - bh, bx + (cw - 20) // 12, yy + fh - 2), fill=int(rng.integers(60, 200)))
+                regions.append(((x, yy, x + cw, yy + fh), "figure"))
+                cap = font(face(), body.size)
+                d.text((x, yy + fh + 4), "Figure " + random_text(rng, 3), fill=ink, font=cap)
+                regions.append(((x, yy + fh + 4, x + min(cw, 200), yy + fh + 4 + sum(cap.getmetrics())),
+                                "figure_caption"))
+                y1 = yy + fh + 8 + sum(cap.getmetrics())
+            yy = y1 + int(rng.integers(8, 20))
+    d.text((W // 2 - 10, H - 24), str(int(rng.integers(1, 300))), fill=ink, font=hf)
+    regions.append(((W // 2 - 10, H - 24, W // 2 + 20, H - 24 + sum(hf.getmetrics())), "footer"))
+    bgr = cv2.cvtColor(np.asarray(im), cv2.COLOR_GRAY2BGR)
+    return degrade(bgr, rng), regions
+
+
+# --------------------------------------------------------------------------- held-out text lines
+# Text unlike the recognizer's calibration lines (``text_line``: random letter strings in DejaVu faces,
+# 20-43 px, dark on light grey): English words and sentence pieces, prices, dates and codes; the
+# STIX (Times-like) and Computer Modern faces that ship inside matplotlib; small (12-19 px, upscaled by
+# the recognizer) or large (46-72 px) glyphs; coloured ink on coloured paper, or light text on dark.
+HELDOUT_FONTS = ("STIXGeneral.ttf", "STIXGeneralBol.ttf", "STIXGeneralItalic.ttf", "STIXGeneralBolIta.ttf",
+                 "cmr10.ttf", "cmss10.ttf", "cmtt10.ttf", "cmb10.ttf")
+_HELDOUT_WORDS = tuple(w for group in (_NOUNS, _ADJS, tuple(v for pair in _VERBS for v in pair), _NAMES)
+                       for w in group) + ("invoice", "total", "amount", "street", "phone", "order", "page", "date")
+
+
+@cache
+def matplotlib_font(name: str, size: int):
+    from PIL import ImageFont
+
+    spec = importlib.util.find_spec("matplotlib")
+    return ImageFont.truetype(str(Path(spec.submodule_search_locations[0]) / "mpl-data/fonts/ttf" / name), size)
+
+
+def heldout_text(rng: np.random.Generator) -> str:
+    kind = rng.random()
+    pick = lambda: _HELDOUT_WORDS[int(rng.integers(len(_HELDOUT_WORDS)))]
+    if kind < 0.5:  # words, sentence case or title case
+        words = [pick() for _ in range(int(rng.integers(1, 5)))]
+        text = " ".join(w.capitalize() if rng.random() < 0.3 else w for w in words)
+        return text[0].upper() + text[1:] + ("." if rng.random() < 0.3 else "")
+    if kind < 0.7:  # price
+        return f"{pick().capitalize()} ${int(rng.integers(1, 9999))}.{int(rng.integers(0, 100)):02d}"
+    if kind < 0.85:  # date and time
+        return (f"{int(rng.integers(1990, 2031))}-{int(rng.integers(1, 13)):02d}-{int(rng.integers(1, 29)):02d} "
+                f"{int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}")
+    return f"{pick().upper()[:4]}-{int(rng.integers(100, 99999))}"  # reference code
+
+
+def heldout_text_line(rng: np.random.Generator, max_aspect: float | None = None) -> tuple[np.ndarray, str]:
+    """One held-out text line crop (BGR) and its text; trailing characters are dropped until
+    width/height <= ``max_aspect``, as in ``text_line``."""
+    text = heldout_text(rng)
+    size = int(rng.integers(12, 20)) if rng.random() < 0.5 else int(rng.integers(46, 73))
+    f = matplotlib_font(HELDOUT_FONTS[int(rng.integers(len(HELDOUT_FONTS)))], size)
+    paper = rng.integers(0, 256, 3)
+    ink = rng.integers(0, 256, 3)
+    while np.abs(paper.astype(int).mean() - ink.astype(int).mean()) < 90:  # keep it legible
+        ink = rng.integers(0, 256, 3)
+    while True:
+        x0, y0, x1, y1 = f.getbbox(text)
+        mx, my = int(rng.integers(2, 10)), int(rng.integers(2, max(3, (y1 - y0) // 3)))
+        W, H = x1 - x0 + 2 * mx, y1 - y0 + 2 * my
+        if max_aspect is None or W / H <= max_aspect or len(text) <= 1:
+            break
+        text = text[:-1].rstrip()
+    im = Image.new("RGB", (W, H), tuple(int(v) for v in paper))
+    ImageDraw.Draw(im).text((mx - x0, my - y0), text, fill=tuple(int(v) for v in ink), font=f)
+    bgr = np.ascontiguousarray(np.asarray(im)[:, :, ::-1])
+    return degrade(bgr, rng), text
