@@ -125,8 +125,8 @@ def _csv(rng, sep=","):
 def _html(rng):
     body = "\n".join(f"  <p class=\"{_w(rng)}\">{_sentence(rng)}</p>" for _ in range(_n(rng, 2, 8)))
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n  <meta charset=\"utf-8\">\n  <title>{_w(rng, 2, ' ')}"
-            f"</title>\n  <link rel=\"stylesheet\" href=\"{_w(rng)}.css\">\n</head>\n<body>\n  <h1>{_sentence(rng, 2, 5)}"
-            f"</h1>\n{body}\n  <a href=\"/{_w(rng)}\">{_w(rng)}</a>\n</body>\n</html>")
+            f"</title>\n  <link rel=\"stylesheet\" href=\"{_w(rng)}.css\">\n</head>\n<body>\n"
+            f"  <h1>{_sentence(rng, 2, 5)}</h1>\n{body}\n  <a href=\"/{_w(rng)}\">{_w(rng)}</a>\n</body>\n</html>")
 
 
 def _xml(rng):

