@@ -41,17 +41,33 @@ from qnnx.frontends.onnx_quant import import_onnx
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
 
 
+# Ops whose activation qparams are computed at run time: a dynamically quantized model.
+DYNAMIC_QUANTIZERS = ("DynamicQuantizeLinear", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")
+
+
 @dataclass
 class Report:
-    """What the conversion did: integer ops made per float op type, and every float op left
-    between quantized values, with the reason."""
+    """What the conversion did: integer ops the model already had (imported op for op), integer ops made
+    per float op type, every float op left between quantized values with the reason, and the dynamic
+    quantizers (activation qparams computed at run time, which lowering cannot take)."""
 
     converted: dict[str, int] = field(default_factory=dict)
     left_in_float: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op_type, reason)
+    imported: dict[str, int] = field(default_factory=dict)  # source op type -> count (ConvInteger, QLinearConv...)
+    dynamic: dict[str, int] = field(default_factory=dict)  # source op type -> count
 
     def summary(self) -> str:
         conv = ", ".join(f"{k} x{v}" for k, v in sorted(self.converted.items())) or "nothing"
-        lines = [f"converted to integer: {conv}"]
+        lines = []
+        if self.imported:
+            lines.append("integer ops imported as they are: " + ", ".join(f"{k} x{v}" for k, v in
+                                                                         sorted(self.imported.items())))
+        lines.append(f"converted to integer: {conv}")
+        if self.dynamic:
+            lines.append("dynamically quantized (" + ", ".join(f"{k} x{v}" for k, v in sorted(self.dynamic.items()))
+                         + "): activation qparams are computed at run time; the canonical model keeps them as "
+                         "run-time inputs of the integer ops, which `qnnx lower` cannot take (it needs constant "
+                         "qparams)")
         if self.left_in_float:
             lines.append(f"left in float ({len(self.left_in_float)}):")
             lines += [f"  {name} ({op}): {why}" for name, op, why in self.left_in_float]
@@ -81,10 +97,18 @@ def convert(model, *, strict: bool = False, keep_float: frozenset[str] = frozens
     recipes, ``compute="mlas"``), ``"qdq"`` keeps the QDQ graph's runtime-independent meaning."""
     if numerics not in NUMERICS:
         raise QnnxError(f"unknown numerics {numerics!r}; expected one of {', '.join(NUMERICS)}")
-    m = import_onnx(_with_shapes(load_model(model)), copy=False)
+    source = _with_shapes(load_model(model))
+    report_imported = {}
+    for node in source.graph:
+        if node.domain in ("", "ai.onnx", "com.microsoft") and node.op_type not in ("QuantizeLinear", "DequantizeLinear") \
+                and (node.op_type.startswith("QLinear") or node.op_type.endswith("Integer") or node.op_type == "QGemm"
+                     or node.op_type in DYNAMIC_QUANTIZERS):
+            report_imported[node.op_type] = report_imported.get(node.op_type, 0) + 1
+    m = import_onnx(source, copy=False)
     graph = m.graph
     env: dict[ir.Value, Affine] = {}
-    report = Report()
+    report = Report(imported=report_imported,
+                    dynamic={k: v for k, v in report_imported.items() if k in DYNAMIC_QUANTIZERS})
     reasons: dict[ir.Node, str] = {}
     for node in list(graph):
         if node.domain == DOMAIN and node.op_type == "dequantize":

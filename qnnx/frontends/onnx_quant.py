@@ -134,6 +134,7 @@ def _dynamic_quantize_linear(node: ir.Node, b: Builder):
                     hint="zp_float")
     zp32 = b.op("Cast", [zp_float], to=ir.DataType.INT32, hint="zp_int32")
     y = b.op("quantize", [x, scale, zp32], domain=DOMAIN, axis=1, out_dtype="uint8", rounding="half_even")
+    y.type, y.shape = ir.TensorType(ir.DataType.UINT8), x.shape  # known without shape inference
     zp8 = b.op("Cast", [zp_float], to=ir.DataType.UINT8, hint="y_zero_point")
     return [y, scale, zp8]
 
