@@ -31,6 +31,7 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import qnnx  # noqa: E402
+from bench.protocol import TUNING  # noqa: E402
 from bench.tasks import TASKS  # noqa: E402
 
 FORMATS = ("qdq", "qnnx", "lowered")  # saved in this order: each save reads the same QuantizedModel
@@ -139,7 +140,8 @@ def main() -> None:
     mode.add_argument("--check", type=Path, metavar="FILE", help="compare with the hashes in this JSON file")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "identity",
                     help="directory for the quantized models (default bench/out/identity)")
-    ap.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", choices=list(TASKS),
+                    help="default: the baseline's tasks with --check, the tuning set with --write")
     ap.add_argument("--calib", type=int, help=f"calibration samples (default {CALIB}, or the baseline's)")
     ap.add_argument("--seed", type=int, help=f"calibration seed (default {SEED}, or the baseline's)")
     args = ap.parse_args()
@@ -152,7 +154,8 @@ def main() -> None:
     if baseline and baseline.get("out") and Path(baseline["out"]) == args.out.resolve():
         raise SystemExit("identity.py: --out must not be the baseline's directory (its files are compared)")
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {name: run_task(name, calib, seed, args.out) for name in args.tasks}
+    tasks = args.tasks or (list(baseline["tasks"]) if baseline else list(TUNING))
+    results = {name: run_task(name, calib, seed, args.out) for name in tasks}
     if args.write:
         record = {"calib": calib, "seed": seed, "out": str(args.out.resolve()),
                   "environment": environment(), "tasks": results}
