@@ -2,7 +2,7 @@
 
     prepare     source, data            -> float_model, renames, source_op_types, data (bound), samples
     hold_out    data, validation        -> data, samples, validation (held out), validation_reference
-    smooth      float_model, data       -> float_model (SmoothQuant: a new model, exact in float)
+    smooth      float_model, data       -> float_model (SmoothQuant, in place: exact in float)
     plan        float_model             -> exclusions, plan
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
     realize     float_model, plan, qparams -> qdq, keep_float
