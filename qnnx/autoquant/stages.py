@@ -21,7 +21,6 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
-from qnnx import runtime
 from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, plan
 from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
@@ -29,11 +28,9 @@ from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.report import CalibrationRecord, OutputAgreement
 from qnnx.autoquant.smoothing import smooth
 from qnnx.autoquant.state import QuantState, Stage
-from qnnx.autoquant.validation import float_reference
 from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
-from qnnx.ir import load_model
 from qnnx.metrics import compare_models, float_outputs
 from qnnx.targets import target
 
@@ -92,8 +89,7 @@ def run_prepare(state: QuantState) -> QuantState:
     samples = tuple(data.head(config.calibration.refinement_samples))
     probe = list(samples[:PREPARE_CHECK_SAMPLES])
     try:
-        source = load_model(state.source)
-        reference = [runtime.run(sess, names, feed) for sess, names in [_all_outputs(source)] for feed in probe]
+        reference = _outputs(state.source, probe)
     except QnnxError as e:
         reference, unchecked = None, str(e)
     record = PrepareRecord(len(probe), 0.0, unchecked="" if reference is not None else unchecked)
@@ -121,14 +117,13 @@ def run_prepare(state: QuantState) -> QuantState:
                    source_op_types=result.source_op_types, data=data, samples=samples)
 
 
-def _all_outputs(model: ir.Model):
-    names = [v.name for v in model.graph.outputs]
-    return runtime.session(model, outputs=names, optimize=False), names
+def _outputs(model, probe) -> list[list[np.ndarray]]:
+    """``model``'s graph outputs on each sample of ``probe``, in graph order."""
+    return [list(outputs.values()) for outputs in float_outputs(model, probe)]
 
 
 def _check(model: ir.Model, reference, probe) -> tuple[float, str]:
-    sess, names = _all_outputs(model)
-    return _output_mismatch(reference, [runtime.run(sess, names, feed) for feed in probe])
+    return _output_mismatch(reference, _outputs(model, probe))
 
 
 def run_hold_out(state: QuantState) -> QuantState:
@@ -144,7 +139,7 @@ def run_hold_out(state: QuantState) -> QuantState:
         validation = CalibrationData.from_source(validation).bind(data.specs)
     held = tuple(validation)
     return replace(state, data=data, samples=tuple(data.head(config.calibration.refinement_samples)),
-                   validation=held, validation_reference=tuple(float_reference(state.float_model, held)))
+                   validation=held, validation_reference=tuple(float_outputs(state.float_model, list(held))))
 
 
 def run_smooth(state: QuantState) -> QuantState:
@@ -215,9 +210,7 @@ def reference_outputs(float_model: ir.Model, samples) -> list | None:
 def run_agreement(state: QuantState) -> QuantState:
     """Each output against float, on the held-out samples when there are (else the refinement samples)."""
     if state.validation is not None:
-        outputs = output_agreement(state.float_model, state.qdq, state.validation,
-                                   [dict(zip([v.name for v in state.float_model.graph.outputs], ref))
-                                    for ref in state.validation_reference])
+        outputs = output_agreement(state.float_model, state.qdq, state.validation, list(state.validation_reference))
         state.report.outputs = [replace(o, held_out=True) for o in outputs]
     else:
         state.report.outputs = output_agreement(state.float_model, state.qdq, state.samples)

@@ -21,16 +21,10 @@ from qnnx.errors import QnnxError
 from qnnx.metrics import LayerError
 
 
-def float_reference(float_model: ir.Model, samples) -> list[list[np.ndarray]]:
-    """The float model's outputs on each held-out sample."""
-    names = [v.name for v in float_model.graph.outputs]
-    sess = runtime.session(float_model, outputs=names)
-    return [runtime.run(sess, names, feed) for feed in samples]
-
-
-def sample_errors(qdq: ir.Model, samples, reference: list[list[np.ndarray]]) -> np.ndarray:
-    """One error per held-out sample (module docstring); 1.0 everywhere when ONNX Runtime cannot run the
-    model (a candidate that does not run is never preferred)."""
+def sample_errors(qdq: ir.Model, samples, reference: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """One error per held-out sample (module docstring) against ``reference``, the float model's outputs by
+    name on each (metrics.float_outputs); 1.0 everywhere when ONNX Runtime cannot run the model (a
+    candidate that does not run is never preferred)."""
     names = [v.name for v in qdq.graph.outputs]
     try:
         sess = runtime.session(qdq, outputs=names)
@@ -40,9 +34,9 @@ def sample_errors(qdq: ir.Model, samples, reference: list[list[np.ndarray]]) -> 
     for feed, ref in zip(samples, reference):
         got = runtime.run(sess, names, feed)
         errors = []
-        for i, (a, b) in enumerate(zip(ref, got)):
-            a, b = np.asarray(a), np.asarray(b)
-            e = LayerError(names[i], "", True)
+        for name, b in zip(names, got):
+            a, b = np.asarray(ref[name]), np.asarray(b)
+            e = LayerError(name, "", True)
             e.add(a, b)
             if e.nonfinite:
                 errors.append(1.0)

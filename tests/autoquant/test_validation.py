@@ -52,8 +52,8 @@ def test_the_result_is_never_worse_on_held_out_samples_than_the_plain_recipe():
     from qnnx.autoquant.stages import PREPARE
     ref_state = PREPARE(QuantState(config=QuantConfig(progress=False), source=main_model(), data=held,
                                    report=QuantReport()))
-    from qnnx.autoquant.validation import float_reference
-    ref = float_reference(ref_state.float_model, list(ref_state.data))
+    from qnnx.metrics import float_outputs
+    ref = float_outputs(ref_state.float_model, list(ref_state.data))
     got, base = sample_errors(qm.qdq, list(ref_state.data), ref), sample_errors(plain.qdq, list(ref_state.data), ref)
     assert got.mean() <= base.mean() + 1e-12
 
