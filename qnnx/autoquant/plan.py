@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx_ir as ir
@@ -60,19 +60,26 @@ def node_label(node: ir.Node) -> str:
 NO_PATTERN = "no quantization pattern for this op"  # the reason of a node no pattern is anchored on
 
 
+@dataclass(frozen=True)
 class Exclusions:
-    """What the user keeps float: node names or glob patterns (``fnmatch``, case-sensitive) and op types.
-    ``renames``: prepare's map from a user's node name to the node that now computes it;
-    ``source_op_types``: op types of the model as the user gave it (prepare may have rewritten some).
-    A name, pattern or op type that matches nothing is an error naming the closest candidates."""
+    """What stays float: the node names and op types (``Exclusions.resolve`` turns the user's names and
+    glob patterns into them); refinements add nodes with :meth:`with_nodes`."""
 
-    def __init__(self, model: ir.Model, config: QuantConfig, renames: dict[str, str] | None = None,
-                 source_op_types: frozenset[str] = frozenset()):
+    nodes: frozenset[str] = frozenset()
+    op_types: frozenset[str] = frozenset()
+
+    @classmethod
+    def resolve(cls, model: ir.Model, config: QuantConfig, renames: dict[str, str] | None = None,
+                source_op_types: frozenset[str] = frozenset()) -> "Exclusions":
+        """``config.exclude_nodes`` (names or ``fnmatch`` glob patterns, case-sensitive) and
+        ``exclude_op_types`` on ``model``. ``renames``: prepare's map from a user's node name to the node
+        that now computes it; ``source_op_types``: op types of the model as the user gave it (prepare may
+        have rewritten some). A name, pattern or op type that matches nothing is an error naming the
+        closest candidates."""
         renames = renames or {}
         names = [n.name for n in model.graph]
         op_types = sorted({n.op_type for n in model.graph} | set(source_op_types))
-        self.op_types = frozenset(config.exclude_op_types)
-        self.nodes: set[str] = set()
+        nodes: set[str] = set()
         for pattern in config.exclude_nodes:
             hits = fnmatch.filter(names, pattern) + [renames[k] for k in fnmatch.filter(renames, pattern)]
             if not hits:
@@ -81,26 +88,25 @@ class Exclusions:
                                 + (f"; did you mean {', '.join(map(repr, close))}?" if close else
                                    " (names are as `qnnx inspect` and the quantize report print them; "
                                    "glob patterns such as '/blocks.0/*' are accepted)"))
-            self.nodes.update(hits)
+            nodes.update(hits)
         for op in config.exclude_op_types:
             if op not in op_types:
                 close = [o for o in op_types if o.lower() == op.lower()] or difflib.get_close_matches(op, op_types, n=3)
                 raise QnnxError(f"--exclude-op {op!r}: no node of that op type in the model"
                                 + (f"; did you mean {', '.join(map(repr, close))}?" if close else ""))
+        return cls(frozenset(nodes), frozenset(config.exclude_op_types))
 
     def __contains__(self, node: ir.Node) -> bool:
         return node.name in self.nodes or node.op_type in self.op_types
 
     def with_nodes(self, names) -> "Exclusions":
-        other = object.__new__(Exclusions)
-        other.op_types, other.nodes = self.op_types, self.nodes | set(names)
-        return other
+        return replace(self, nodes=self.nodes | frozenset(names))
 
 
 def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = None) -> Plan:
     """Offer every node to the patterns anchored on its op type, in priority order; the first match
     that does not overlap an earlier one claims its nodes."""
-    excluded = exclusions if exclusions is not None else Exclusions(model, config)
+    excluded = exclusions if exclusions is not None else Exclusions.resolve(model, config)
     matches, decisions = [], []
     claimed: set[ir.Node] = set()
     for node in model.graph:

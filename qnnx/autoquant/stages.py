@@ -148,7 +148,7 @@ def run_smooth(state: QuantState) -> QuantState:
 
 
 def run_plan(state: QuantState) -> QuantState:
-    exclusions = Exclusions(state.float_model, state.config, state.renames, state.source_op_types)
+    exclusions = Exclusions.resolve(state.float_model, state.config, state.renames, state.source_op_types)
     the_plan = plan(state.float_model, state.config, exclusions)
     if not the_plan.matches and not state.config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
