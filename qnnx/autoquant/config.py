@@ -24,6 +24,7 @@ METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration meth
 HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
+WEIGHT_BITS = (8, 7)
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
@@ -186,7 +187,9 @@ class QuantConfig:
     """How to quantize a float model: the intent, then the algorithm sections (module docstring).
 
     ``activation_dtype`` uint8 (asymmetric: the u8 x s8 form x86 VNNI kernels take), int8, or 16-bit;
-    ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``exclude_nodes``
+    ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``weight_bits``: 8, or
+    7 (every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums of
+    ONNX Runtime's kernels on x86 without VNNI: the model then computes exactly on every CPU); ``exclude_nodes``
     (node names or glob patterns) and ``exclude_op_types`` stay float; ``allow_float``: return a model
     in which nothing ended up quantized instead of failing; ``target``: the runtime the written QDQ
     model is shaped for; ``progress``: progress lines on stderr.
@@ -195,6 +198,7 @@ class QuantConfig:
     activation_dtype: str = "uint8"
     activation_symmetric: bool = False
     weight_dtype: str = "int8"
+    weight_bits: int = 8
     per_channel: bool = True
     exclude_nodes: tuple[str, ...] = ()
     exclude_op_types: tuple[str, ...] = ()
@@ -229,6 +233,7 @@ class QuantConfig:
     def __post_init__(self):
         _choice("activation_dtype", self.activation_dtype, ACTIVATION_DTYPES)
         _choice("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
+        _choice("weight_bits", self.weight_bits, WEIGHT_BITS)
         for name in ("exclude_nodes", "exclude_op_types"):
             object.__setattr__(self, name, _names(name, getattr(self, name)))
         for name in ("activation_symmetric", "per_channel", "allow_float", "progress"):
@@ -236,6 +241,12 @@ class QuantConfig:
                 raise QnnxError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.target, str):
             raise QnnxError(f"target must be a name, got {self.target!r}")
+
+    @property
+    def weight_range(self) -> tuple[int, int]:
+        """The integers a weight may take: int8's, or [-64, 64] with ``weight_bits`` 7 (the symmetric scale
+        maps the largest magnitude to 63.5, which rounds to 64: two products 255 * 64 still fit in int16)."""
+        return (-64, 64) if self.weight_bits == 7 else (-128, 127)
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""

@@ -23,7 +23,7 @@ from qnnx.autoquant.config import QuantConfig
 from qnnx.autoquant.float_inputs import keep_inputs_float
 from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, pattern_named, patterns_for
 from qnnx.autoquant.report import Decision
-from qnnx.calibrate import ObserverConfig, QParams, make_observer, qparams_from_range
+from qnnx.calibrate import QParams, qparams_from_range
 from qnnx.errors import QnnxError
 
 @dataclass
@@ -204,13 +204,6 @@ def share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
 
 
 # --------------------------------------------------------------------------- qparams from the plan
-
-
-def weight_qparams(w: np.ndarray, axis: int | None, config: QuantConfig) -> QParams:
-    axis = axis if config.per_channel else None
-    obs = make_observer(ObserverConfig(method="minmax", dtype=config.weight_dtype, symmetric=True, axis=axis))
-    obs.observe(np.asarray(w, np.float32))
-    return obs.compute_qparams()
 
 
 def fixed_qparams(t: Target, config: QuantConfig) -> QParams:

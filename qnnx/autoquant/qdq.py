@@ -162,8 +162,10 @@ def _normal_bias_scale(w_qp: QParams, x_scale) -> QParams:
                    w_qp.axis)
 
 
-def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool) -> QParams:
-    obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis))
+def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool,
+                      reduce_range: bool = False) -> QParams:
+    obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis,
+                                       reduce_range=reduce_range))
     obs.observe(np.asarray(w, np.float32))
     return obs.compute_qparams()
 
@@ -226,7 +228,7 @@ class AffineRewriter:
             w = np.asarray(const_array(self.values[t.value.name]), np.float32)
             if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
-                qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
+                qp = _constant_qparams(w, axis, config, config.weight_dtype, True, config.weight_bits == 7)
                 w_handle = self.weight(anchor, idx, w, qp, axis, x, bias)
             else:  # a constant operand of an elementwise op: the activation type, from its own range
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)

@@ -94,10 +94,11 @@ class _Layer:
         return self.multiplier > 0
 
 
-def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict],
-                       progress: bool = False) -> list[RoundingRecord]:
+def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict], progress: bool = False,
+                       limits: tuple[int, int] = (-128, 127)) -> list[RoundingRecord]:
     """Re-round the int8 weights (and correct the int32 bias) of every depthwise and ungrouped conv of
-    ``qdq`` in place, from its inputs on ``samples``; one record per such conv."""
+    ``qdq`` in place, from its inputs on ``samples``, within ``limits`` (plan.weight_range); one record
+    per such conv."""
     records: list[RoundingRecord] = []
     layers = _conv_layers(float_model, qdq, records)
     if not layers or not samples:
@@ -114,7 +115,7 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
             records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
                                           reason="conv input sizes varied between samples of one shape"))
         else:
-            records.append(_round_layer(layer))
+            records.append(_round_layer(layer, limits))
         layer.h = None  # each H is freed once its layer is done
         say(f"layer {k + 1}/{len(layers)}")
     say.end()
@@ -278,20 +279,20 @@ def _im2col_moments(x: np.ndarray, layer: _Layer) -> tuple[np.ndarray, np.ndarra
     return hs, sums, n * rows * ow
 
 
-def _round_layer(layer: _Layer) -> RoundingRecord:
+def _round_layer(layer: _Layer, limits: tuple[int, int]) -> RoundingRecord:
     node, w = layer.node, layer.w
     c_out, d = w.shape
     q_value = layer.w_dq.inputs[0]
     q_old = const_array(q_value)
     scale = np.broadcast_to(np.asarray(const_array(layer.w_dq.inputs[1]), np.float64).reshape(-1), (c_out,))
-    info = np.iinfo(np.int8)
+    qmin, qmax = limits
     h = layer.h.astype(np.float64) / layer.count  # rounded in float64 (an ungrouped conv's H is summed in float32)
     mean = layer.p_sum / layer.count
     if layer.depthwise:  # output channel o reads input channel o // multiplier
         h, mean = np.repeat(h, layer.multiplier, axis=0), np.repeat(mean, layer.multiplier, axis=0)
     # else every output channel reads the same patches: one H
-    nearest = np.clip(np.round(w / scale[:, None]), info.min, info.max)
-    chosen = polish(gptq_round(w, scale, h, info.min, info.max), w, scale, h, info.min, info.max,
+    nearest = np.clip(np.round(w / scale[:, None]), qmin, qmax)
+    chosen = polish(gptq_round(w, scale, h, qmin, qmax), w, scale, h, qmin, qmax,
                     POLISH_ROUNDS if layer.depthwise else SHARED_POLISH_ROUNDS)
     err_nearest, err_chosen = _output_error(nearest, w, scale, h), _output_error(chosen, w, scale, h)
     worse = err_chosen > err_nearest
@@ -405,5 +406,5 @@ class WeightRounding(Refinement):
 
     def apply(self, state):
         records = round_conv_weights(state.float_model, state.qdq, list(state.samples),
-                                     progress=state.config.progress)
+                                     progress=state.config.progress, limits=state.config.weight_range)
         return state, WeightRoundingRecord(records)
