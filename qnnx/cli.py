@@ -250,6 +250,10 @@ def quantize(
                                                                   "type")] = DEFAULT_ACTIVATION_DTYPE,
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
+        weight_bits: Annotated[int, typer.Option(
+            "--weight-bits", min=7, max=8, metavar="7|8", help="8, or 7: weights within [-64, 64], so that ONNX Runtime's u8 x s8 "
+            "kernels, which add pairs of products in 16 bits on x86 without VNNI, compute the model exactly on "
+            "every CPU")] = QuantConfig.weight_bits,
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
@@ -376,7 +380,7 @@ def quantize(
         check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
-        exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,
+        weight_bits=weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,
         progress=not quiet,
         ranges=RangeOptions(method=method.value, percentile=percentile,
                             consumer_functions=_consumer_functions(consumer_function),

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx_ir as ir
 
 from qnnx.ir import save_model
@@ -32,15 +33,15 @@ class OnnxRuntimeRecord:
     padding: list[PaddingRecord] = field(default_factory=list)
     unfused: list[str] = field(default_factory=list)
     fusable: int = 0
-    saturating: bool = False  # u8 x s8 groups on a CPU whose ORT kernels clip 16-bit pair sums (kernels.py)
+    saturating: bool = False  # u8 x s8 weights beyond +-64 on a CPU whose ORT kernels clip 16-bit pair sums
 
     def lines(self) -> list[str]:
         out = []
         if self.saturating:
             out.append("note: ONNX Runtime on this CPU (x86 without VNNI) sums uint8 x int8 products in saturating "
-                       "16-bit pairs in some kernels (MatMulInteger, QGemm), so large sums in this model's integer "
-                       "matmuls can be clipped (the output figures above include it); int8 x int8 kernels are exact "
-                       "here (--activation-dtype int8)")
+                       "16-bit pairs (integer conv, matmul, gemm), so large sums in this model's integer layers can "
+                       "be clipped (the output figures above include it); --weight-bits 7 keeps every weight within "
+                       "[-64, 64], which these kernels sum exactly")
         if self.unfused:
             out.append(f"WARNING: ONNX Runtime (CPU) would run {len(self.unfused)} of {self.fusable} quantized "
                        "conv/matmul group(s) in float, not as integer kernels: " + ", ".join(self.unfused[:8])
@@ -56,6 +57,18 @@ class OnnxRuntimeRecord:
         return out
 
 
+def _wide_int8_weights(model: ir.Model) -> bool:
+    """Whether a constant int8 tensor behind a DequantizeLinear holds a value beyond +-64 (a pair of such
+    products with uint8 255 overflows int16)."""
+    for n in model.graph:
+        if n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None \
+                and n.inputs[0].dtype == ir.DataType.INT8:
+            q = n.inputs[0].const_value.numpy()
+            if q.size and int(np.abs(q.astype(np.int16)).max()) > 64:
+                return True
+    return False
+
+
 class OnnxRuntimeTarget:
     name = "onnxruntime"
 
@@ -68,7 +81,8 @@ class OnnxRuntimeTarget:
         missed, fusable = unfused(model)
         u8 = any(n.op_type == "QuantizeLinear" and len(n.inputs) > 2 and n.inputs[2] is not None
                  and n.inputs[2].dtype == ir.DataType.UINT8 for n in model.graph)
-        return OnnxRuntimeRecord(padding, missed, fusable, saturating=bool(fusable) and u8 and u8s8_saturates())
+        saturating = bool(fusable) and u8 and _wide_int8_weights(model) and u8s8_saturates()
+        return OnnxRuntimeRecord(padding, missed, fusable, saturating=saturating)
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per run of each model (CPU, one thread), timed interleaved, each as exported."""
