@@ -148,6 +148,9 @@ class RefinementOptions:
     (``SpeedReport.plan()`` of an earlier run; ("all",): the whole model), so the output is reproducible.
     ``min_sqnr_db`` / ``min_cosine``: an accuracy target for every output against float (on the held-out
     samples, else the refinement samples); the costliest patterns return to float until it is met.
+    ``max_drop``: with a metric given to ``quantize(metric=...)``, the largest drop of the metric on the
+    held-out samples against the float model's (absolute, in the metric's units; 0.01 when a metric is
+    given without it); the costliest patterns return to float until it is met.
     ``accuracy_guard``: True (default) refuses a model whose outputs end far from float (the report's
     bounds, 6 dB / 0.9) and applies the target; False writes it whatever its outputs (the report warns).
     """
@@ -160,11 +163,15 @@ class RefinementOptions:
     speed_plan: tuple[str, ...] | None = None
     min_sqnr_db: float | None = None
     min_cosine: float | None = None
+    max_drop: float | None = None
     accuracy_guard: bool = True
 
     def __post_init__(self):
         if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:
             raise QnnxError(f"min_cosine must be in [-1, 1], got {self.min_cosine}")
+        if self.max_drop is not None and (isinstance(self.max_drop, bool) or not isinstance(self.max_drop, (int, float))
+                                          or not 0 <= self.max_drop < float("inf")):
+            raise QnnxError(f"max_drop must be a finite number >= 0, got {self.max_drop!r}")
         if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
             raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
         if isinstance(self.speed_fallback, bool):

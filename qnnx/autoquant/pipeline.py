@@ -15,7 +15,7 @@ from dataclasses import replace
 import onnx_ir as ir
 
 from qnnx.autoquant.config import QuantConfig
-from qnnx.autoquant.refinements.accuracy_guard import AccuracyGuard
+from qnnx.autoquant.refinements.accuracy_guard import DEFAULT_MAX_DROP, AccuracyGuard
 from qnnx.autoquant.refinements.bias_correction import BiasCorrection
 from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
@@ -82,11 +82,20 @@ def _adopt(state: QuantState, other: QuantState) -> QuantState:
     return replace(other, config=state.config, report=state.report)
 
 
-def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, validation=None) -> QuantState:
+def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, validation=None,
+        metric=None) -> QuantState:
     """The whole pipeline on ``model`` (never modified) with ``calibration`` samples; ``validation``:
     held-out samples (or ``config.calibration.validation`` of the calibration samples set apart);
+    ``metric``: the user's accuracy metric for the accuracy guard (see :func:`quantize`);
     ``refinements``: the refinements offered, in order (each runs when the config enables it)."""
-    state = QuantState(config=config, source=model, data=calibration, report=QuantReport(), validation=validation)
+    if metric is not None and not callable(metric):
+        raise QnnxError(f"metric must be a function of the model's outputs, got {type(metric).__name__}")
+    if metric is not None and config.refinements.max_drop is None:
+        config = config.with_options(max_drop=DEFAULT_MAX_DROP)
+    if metric is None and config.refinements.max_drop is not None:
+        raise QnnxError("max_drop needs a metric: quantize(..., metric=fn)")
+    state = QuantState(config=config, source=model, data=calibration, report=QuantReport(), validation=validation,
+                       metric=metric)
     planned = None
     for stage in STAGES_BEFORE:
         state = stage(state)
@@ -165,9 +174,13 @@ class QuantizedModel:
         return save_model(self.export(format), path)
 
 
-def quantize(model, calibration, config: QuantConfig | None = None, validation=None) -> QuantizedModel:
+def quantize(model, calibration, config: QuantConfig | None = None, validation=None, metric=None) -> QuantizedModel:
     """Quantize a float model with representative ``calibration`` samples (no labels): a directory of
     .npy/.npz files, an :class:`~qnnx.data.ImageFolder`, a :class:`~qnnx.data.CalibrationData`, or
     an iterable of arrays (single input) / dicts by input name. ``validation``: held-out samples of the
-    same kinds; each range method and refinement is then kept only when it lowers the error on them."""
-    return QuantizedModel(run(model, calibration, config or QuantConfig(), validation=validation))
+    same kinds; each range method and refinement is then kept only when it lowers the error on them.
+    ``metric``: ``metric(outputs) -> float``, higher is better, where ``outputs`` holds the model's outputs
+    by name on each held-out sample in order (so labels can be matched by position); the costliest
+    patterns stay float until the quantized model's metric is within ``max_drop`` (0.01 unless configured)
+    of the float model's, else the run fails (NNCF's accuracy control, on the user's own measure)."""
+    return QuantizedModel(run(model, calibration, config or QuantConfig(), validation=validation, metric=metric))

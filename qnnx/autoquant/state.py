@@ -37,6 +37,7 @@ class QuantState:
     validation: object | None = None  # held-out CalibrationData (bound), or None: no validation
     validation_reference: tuple | None = None  # the float model's outputs on each held-out sample
     validation_errors: object | None = None  # the current QDQ model's error per held-out sample (numpy)
+    metric: Callable | None = None  # the user's metric: outputs on the held-out samples -> float (higher is better)
 
 
 STATE_FIELDS = frozenset(f.name for f in fields(QuantState))

@@ -1,30 +1,37 @@
-"""Accuracy guard: the outputs must meet a target against float, or the costliest patterns go back to float.
+"""Accuracy guard: the model must meet the user's target against float, or the costliest patterns go back to float.
 
-    target   every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (refinement options;
-             one of them given turns the guard on, the other then defaults to the report's "far from
-             float" bound, report.FAR_SQNR_DB / FAR_COSINE)
+    targets  every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (one given turns the
+             guard on, the other then defaults to the report's "far from float" bound); and/or the
+             user's metric (``quantize(metric=...)``) on the held-out samples within ``max_drop`` of
+             the float model's
 
 Without a target, the runner only refuses a model whose final outputs are far from float (pipeline.py).
 
-Measured on the held-out samples when there are, else on the refinement samples. When the target is
-missed, each match's own output SQNR in the quantized model (sqnr_fallback.pattern_sqnr: its error
-with everything before it quantized) ranks the matches, and the worst 1, 2, 4, ... return to float
-(the model realized again with the same qparams) until the target is met. A model that cannot meet
-it even all float in those patterns is refused: the runner never returns an output far from float
-without saying so. Runs before weight rounding and bias correction, which start from its plan.
+Measured on the held-out samples when there are (a metric needs them), else on the refinement samples.
+When a target is missed, the matches are ranked by the error each adds (sqnr_fallback.pattern_added_error:
+its output's relative error less its inputs', with everything quantized), and the worst 1, 2, 4, ...
+return to float (the model realized again with the same qparams) until the targets are met. A model that
+cannot meet them even with every pattern float is refused: the runner never returns a model that misses
+the user's target without saying so. Runs before weight rounding and bias correction, which start from
+its plan.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
+
+from qnnx import runtime
 from qnnx.autoquant.plan import node_label
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
-from qnnx.autoquant.refinements.sqnr_fallback import pattern_sqnr
+from qnnx.autoquant.refinements.sqnr_fallback import pattern_added_error
 from qnnx.autoquant.report import FAR_COSINE, FAR_SQNR_DB
 from qnnx.autoquant.stages import output_agreement
 from qnnx.errors import QnnxError
+
+DEFAULT_MAX_DROP = 0.01
 
 
 @dataclass(frozen=True)
@@ -35,68 +42,120 @@ class AccuracyGuardRecord:
     worst_before: tuple[float, float]  # (SQNR dB, cosine) of the worst output before
     worst_after: tuple[float, float]
     left_float: tuple[str, ...] = ()
+    metric: tuple[float, float, float] | None = None  # float model's, before, after
+    max_drop: float | None = None
 
     def lines(self) -> list[str]:
-        if not self.left_float:
-            return []
-        return [f"accuracy guard: {len(self.left_float)} pattern(s) kept float so every output meets SQNR >= "
-                f"{self.min_sqnr_db:g} dB and cosine >= {self.min_cosine:g} on {self.samples} sample(s) (worst output "
-                f"{self.worst_before[0]:.1f} -> {self.worst_after[0]:.1f} dB): " + ", ".join(self.left_float[:10])
-                + (" ..." if len(self.left_float) > 10 else "")]
+        out = []
+        if self.metric is not None:
+            f, before, after = self.metric
+            out.append(f"accuracy guard: metric {after:.4f} on {self.samples} held-out sample(s) (float {f:.4f}, "
+                       f"all quantized {before:.4f}; allowed drop {self.max_drop:g})")
+        if self.left_float:
+            out.append(f"accuracy guard: {len(self.left_float)} pattern(s) kept float to meet the target (worst output "
+                       f"SQNR {self.worst_before[0]:.1f} -> {self.worst_after[0]:.1f} dB): "
+                       + ", ".join(self.left_float[:10]) + (" ..." if len(self.left_float) > 10 else ""))
+        return out
 
 
 def _worst(outputs) -> tuple[float, float]:
     return min(o.sqnr_db for o in outputs), min(o.cosine for o in outputs)
 
 
-def _meets(outputs, min_sqnr: float, min_cosine: float) -> bool:
-    return all(o.sqnr_db >= min_sqnr and o.cosine >= min_cosine for o in outputs)
+def evaluate_metric(metric, model, samples) -> float:
+    """``metric`` of ``model``'s outputs (by name, one dict per sample, in order) on ``samples``."""
+    names = [v.name for v in model.graph.outputs]
+    sess = runtime.session(model, outputs=names)
+    value = metric([dict(zip(names, runtime.run(sess, names, feed))) for feed in samples])
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise QnnxError(f"the metric must return a number, got {type(value).__name__}") from None
+    if not math.isfinite(value):
+        raise QnnxError(f"the metric returned {value}")
+    return value
+
+
+class _Targets:
+    """The configured targets, measured on one QDQ model at a time."""
+
+    def __init__(self, state):
+        options = state.config.refinements
+        self.outputs_on = options.min_sqnr_db is not None or options.min_cosine is not None
+        self.min_sqnr = FAR_SQNR_DB if options.min_sqnr_db is None else options.min_sqnr_db
+        self.min_cosine = FAR_COSINE if options.min_cosine is None else options.min_cosine
+        self.metric = state.metric
+        self.max_drop = DEFAULT_MAX_DROP if options.max_drop is None else options.max_drop
+        if self.metric is not None and state.validation is None:
+            raise QnnxError("a metric is measured on held-out samples: pass validation= (held-out samples) or set "
+                            "the validation option (a count or fraction of the calibration samples)")
+        self.samples = list(state.validation if state.validation is not None else state.samples)
+        self.float_metric = (evaluate_metric(self.metric, state.float_model, self.samples)
+                             if self.metric is not None else None)
+
+    def measure(self, float_model, qdq) -> tuple[list, float | None]:
+        outputs = output_agreement(float_model, qdq, self.samples)
+        value = evaluate_metric(self.metric, qdq, self.samples) if self.metric is not None else None
+        return outputs, value
+
+    def met(self, outputs, value) -> bool:
+        if self.outputs_on and not all(o.sqnr_db >= self.min_sqnr and o.cosine >= self.min_cosine for o in outputs):
+            return False
+        return value is None or value >= self.float_metric - self.max_drop
+
+    def missed(self, outputs, value) -> str:
+        parts = []
+        if value is not None:
+            parts.append(f"metric {value:.4f} vs float {self.float_metric:.4f}, allowed drop {self.max_drop:g}")
+        if self.outputs_on and outputs:
+            sq, cos = _worst(outputs)
+            parts.append(f"worst output SQNR {sq:.1f} dB, cosine {cos:.3f}; target SQNR >= {self.min_sqnr:g} dB "
+                         f"and cosine >= {self.min_cosine:g}")
+        return "; ".join(parts)
 
 
 class AccuracyGuard(Refinement):
     name = "accuracy_guard"
-    reads = ("float_model", "plan", "qparams", "qdq", "samples", "validation", "config")
+    reads = ("float_model", "plan", "qparams", "qdq", "samples", "validation", "metric", "config")
     writes = ("plan", "qdq")
     validated = False  # it is the held-out check itself
 
     def enabled(self, config) -> bool:
         r = config.refinements
-        return r.accuracy_guard and (r.min_sqnr_db is not None or r.min_cosine is not None)
+        return r.accuracy_guard and (r.min_sqnr_db is not None or r.min_cosine is not None or r.max_drop is not None)
 
     def apply(self, state):
-        options = state.config.refinements
-        min_sqnr = FAR_SQNR_DB if options.min_sqnr_db is None else options.min_sqnr_db
-        min_cosine = FAR_COSINE if options.min_cosine is None else options.min_cosine
-        samples = list(state.validation if state.validation is not None else state.samples)
-        outputs = output_agreement(state.float_model, state.qdq, samples)
-        if not outputs:
+        targets = _Targets(state)
+        outputs, value = targets.measure(state.float_model, state.qdq)
+        if not outputs and value is None:
             return None, None  # ONNX Runtime cannot run the model: nothing to measure
-        before = _worst(outputs)
-        if _meets(outputs, min_sqnr, min_cosine):
-            return None, AccuracyGuardRecord(min_sqnr, min_cosine, len(samples), before, before)
+        before = _worst(outputs) if outputs else (float("nan"), float("nan"))
+        metric = (targets.float_metric, value, value) if value is not None else None
+        if targets.met(outputs, value):
+            return None, AccuracyGuardRecord(targets.min_sqnr, targets.min_cosine, len(targets.samples), before,
+                                             before, metric=metric, max_drop=targets.max_drop if metric else None)
         matches = state.plan.matches
-        scores = pattern_sqnr(state.float_model, state.qdq, matches, samples)
-        order = sorted(range(len(matches)), key=lambda i: (scores.get(i, float("inf")), i))
-        k = 1
+        added = pattern_added_error(state.float_model, state.qdq, matches, targets.samples)
+        order = sorted(range(len(matches)), key=lambda i: (-added.get(i, 0.0), i))
+        k, qdq = 1, state.qdq
         while True:
             k = min(k, len(order))
-            worst = order[:k]
-            reasons = {i: f"accuracy guard: output SQNR {scores[i]:.1f} dB, among the {k} costliest patterns, "
-                          f"kept float to meet the output target" for i in worst}
-            kept = [m for i, m in enumerate(matches) if i not in set(worst)]
+            worst = set(order[:k])
+            kept = [m for i, m in enumerate(matches) if i not in worst]
             qdq = realize_qdq(state.float_model, state.plan.keeping(kept), state.qparams, state.config)
-            outputs = output_agreement(state.float_model, qdq, samples)
-            if _meets(outputs, min_sqnr, min_cosine) or k == len(order):
+            outputs, after = targets.measure(state.float_model, qdq)
+            if targets.met(outputs, after) or k == len(order):
                 break
             k *= 2
-        if not _meets(outputs, min_sqnr, min_cosine):
-            worst_now = _worst(outputs) if outputs else before
-            raise QnnxError(
-                f"the quantized outputs stay far from the float model's (worst output SQNR {worst_now[0]:.1f} dB, "
-                f"cosine {worst_now[1]:.3f} on {len(samples)} sample(s); target SQNR >= {min_sqnr:g} dB and cosine >= "
-                f"{min_cosine:g}) even with every pattern float: check the calibration samples, or lower the "
-                "target (min_sqnr_db / --min-sqnr)")
-        the_plan = state.plan.mark_float(reasons)
-        record = AccuracyGuardRecord(min_sqnr, min_cosine, len(samples), before, _worst(outputs),
-                                     tuple(node_label(matches[i].nodes[0]) for i in worst))
-        return replace(state, plan=the_plan, qdq=qdq), record
+        if not targets.met(outputs, after):
+            raise QnnxError(f"the quantized model misses the accuracy target even with every pattern float "
+                            f"({targets.missed(outputs, after)}; on {len(targets.samples)} sample(s)): check the "
+                            "calibration samples, or lower the target (--min-sqnr / --min-cosine, max_drop)")
+        reasons = {i: f"accuracy guard: adds relative error {added.get(i, 0.0):.2g}, among the {k} costliest "
+                      "patterns, kept float to meet the target" for i in worst}
+        record = AccuracyGuardRecord(targets.min_sqnr, targets.min_cosine, len(targets.samples), before,
+                                     _worst(outputs) if outputs else before,
+                                     tuple(node_label(matches[i].nodes[0]) for i in sorted(worst)),
+                                     metric=(targets.float_metric, value, after) if value is not None else None,
+                                     max_drop=targets.max_drop if value is not None else None)
+        return replace(state, plan=state.plan.mark_float(reasons), qdq=qdq), record

@@ -23,18 +23,45 @@ from qnnx.metrics import LayerError
 def pattern_sqnr(float_model: ir.Model, qdq_model: ir.Model, matches: list[PatternMatch],
                  samples) -> dict[int, float]:
     """Output SQNR (dB) of each match (by index), quantized vs float, on ``samples``."""
-    outs = [(m.outputs[0].value if m.outputs else m.nodes[-1].outputs[0]).name for m in matches]
-    f_vals = [v for v in (_find_value(float_model, n) for n in outs) if v is not None]
-    q_vals = [v for v in (_find_value(qdq_model, n) for n in outs) if v is not None]
+    outs = [_output_name(m) for m in matches]
+    errors = value_errors(float_model, qdq_model, outs, samples)
+    return {i: errors[n].sqnr_db for i, n in enumerate(outs)}
+
+
+def pattern_added_error(float_model: ir.Model, qdq_model: ir.Model, matches: list[PatternMatch],
+                        samples) -> dict[int, float]:
+    """The error each match (by index) adds: its output's relative error power (noise / signal) less the
+    largest of its activation inputs', quantized vs float on ``samples``. Unlike the output SQNR, which
+    only grows along the graph, this ranks a layer by what its own quantization costs."""
+    outs = [_output_name(m) for m in matches]
+    ins = [[t.value.name for t in m.inputs if t.role == "activation"] for m in matches]
+    errors = value_errors(float_model, qdq_model, sorted({*outs, *(n for names in ins for n in names)}), samples)
+
+    def relative(name: str) -> float:
+        e = errors[name]
+        return e.noise / e.signal if e.signal > 0 else (0.0 if e.noise == 0 else float("inf"))
+
+    return {i: relative(out) - max((relative(n) for n in names), default=0.0)
+            for i, (out, names) in enumerate(zip(outs, ins))}
+
+
+def value_errors(float_model: ir.Model, qdq_model: ir.Model, names, samples) -> dict[str, LayerError]:
+    """The error of each named value (one computed by a node in both models), quantized vs float."""
+    f_vals = [v for v in (_find_value(float_model, n) for n in names) if v is not None]
+    q_vals = [v for v in (_find_value(qdq_model, n) for n in names) if v is not None]
     fs, qs = runtime.session(float_model, outputs=f_vals), runtime.session(qdq_model, outputs=q_vals)
-    errors = {n: LayerError(n, "", False) for n in outs}
+    errors = {n: LayerError(n, "", False) for n in names}
     for feed in samples:
         fr = dict(zip([v.name for v in f_vals], runtime.run(fs, [v.name for v in f_vals], feed)))
         qr = dict(zip([v.name for v in q_vals], runtime.run(qs, [v.name for v in q_vals], feed)))
-        for n in outs:
+        for n in names:
             if n in fr and n in qr:
                 errors[n].add(np.asarray(fr[n]), np.asarray(qr[n]))
-    return {i: errors[n].sqnr_db for i, n in enumerate(outs)}
+    return errors
+
+
+def _output_name(m: PatternMatch) -> str:
+    return (m.outputs[0].value if m.outputs else m.nodes[-1].outputs[0]).name
 
 
 def _find_value(model: ir.Model, name: str) -> ir.Value | None:

@@ -54,3 +54,59 @@ def test_a_model_that_meets_the_target_is_untouched():
     record = qm.report.record("accuracy_guard")
     assert record is not None and record.left_float == () and record.lines() == []
     assert all(d.quantized for d in qm.report.decisions if d.pattern)
+
+
+def _within(truth, tolerance=0.02):
+    """The user's metric: the fraction of samples whose output is within ``tolerance`` of ``truth``."""
+    def metric(outputs):
+        return float(np.mean([np.abs(next(iter(o.values())) - t).max() <= tolerance for o, t in zip(outputs, truth)]))
+    return metric
+
+
+def test_a_metric_target_keeps_the_costliest_patterns_float_until_the_drop_is_met():
+    model, calib, held = _cancellation(), _data(12), _data(20)[12:]
+    truth = [np.maximum(0.0, -0.01 * x) for x in held]  # what the float model computes
+    qm = qnnx.quantize(model, calib, QuantConfig(progress=False, max_drop=0.0, allow_float=True),
+                       validation=held, metric=_within(truth))
+    record = qm.report.record("accuracy_guard")
+    float_value, before, after = record.metric
+    assert float_value == 1.0 and before < 1.0 and after == 1.0 and record.left_float
+    assert "metric 1.0000" in qm.report.summary()
+
+
+def test_a_metric_the_model_meets_leaves_it_whole():
+    g = Graph()
+    x = g.input("x", [1, 8])
+    model = g.model(g.node("Relu", [g.node("Add", [x, x], name="double")], name="out"))
+    held = _data(16)[12:]
+    qm = qnnx.quantize(model, _data(), QuantConfig(progress=False), validation=held,
+                       metric=_within([np.maximum(0, 2 * x) for x in held], tolerance=0.1))
+    record = qm.report.record("accuracy_guard")
+    assert record.metric[2] == 1.0 and record.left_float == () and record.max_drop == 0.01
+    assert all(d.quantized for d in qm.report.decisions if d.pattern)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"metric": lambda outputs: 1.0}, "a metric is measured on held-out samples"),
+    ({"config": QuantConfig(progress=False, max_drop=0.05)}, "max_drop needs a metric"),
+    ({"metric": "accuracy", "validation": _data(4)}, "metric must be a function"),
+    ({"metric": lambda outputs: "high", "validation": _data(4)}, "the metric must return a number"),
+    ({"metric": lambda outputs: float("nan"), "validation": _data(4)}, "the metric returned nan"),
+])
+def test_a_metric_target_is_checked(kwargs, message):
+    kwargs.setdefault("config", QuantConfig(progress=False))
+    with pytest.raises(QnnxError, match=message):
+        qnnx.quantize(_cancellation(), _data(), **kwargs)
+
+
+def test_the_costliest_pattern_is_the_one_that_adds_the_most_error():
+    # the difference of two ~100-sized branches adds far more relative error than any other pattern, although
+    # the output after it (Relu) has the lower SQNR of the two
+    from qnnx.autoquant import pipeline
+    from qnnx.autoquant.refinements.sqnr_fallback import pattern_added_error
+
+    state = pipeline.run(_cancellation(), _data(), QuantConfig(progress=False, accuracy_guard=False),
+                         refinements=())
+    added = pattern_added_error(state.float_model, state.qdq, state.plan.matches, state.samples)
+    ranked = [state.plan.matches[i].nodes[0].name for i in sorted(added, key=lambda i: -added[i])]
+    assert ranked[0] == "difference", added
