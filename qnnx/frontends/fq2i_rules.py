@@ -388,8 +388,14 @@ def _positive_scalar(ctx: Context, v: ir.Value) -> float | None:
     return c if c > 0 and math.isfinite(c) else None
 
 
+_BINARY_OPERANDS = ("int8", "uint8", "int16", "uint16")
+
+
 def _binary(node, ctx, op: str):
     a, b = ctx.affine(node.inputs[0], "A"), ctx.affine(node.inputs[1], "B")
+    wide = [t.dtype.name for t in (a.type, b.type) if t.dtype.name not in _BINARY_OPERANDS]
+    if wide:  # a conv/matmul whose output the plan left float (a target fusing the op into it) gives int32
+        raise Unsupported(f"an operand is {wide[0]} (an accumulator); qnnx.{op} takes 8/16-bit operands")
     out = ctx.output_type(node.outputs[0])
     axes = {t.axis for t in (a.type, b.type, out) if t.axis is not None}
     if len(axes) > 1:

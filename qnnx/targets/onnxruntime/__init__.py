@@ -1,5 +1,7 @@
 """ONNX Runtime (CPU) as a deployment target.
 
+    execution every pattern quantized whole (inputs and output): ORT's QDQ fusions want DQ -> op -> Q
+
     export   MaxPools read a per-channel DequantizeLinear so ORT keeps them float (max_pool.py); each
              quantized depthwise conv's channels padded to ORT's fast kernel (channel_padding.py)
     check    ORT's level-2 optimizer run once on the exported model: quantized conv/matmul groups it
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from qnnx.ir import save_model
+from qnnx.targets.execution import WHOLE, Int8Execution
 from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwise_channels
 from qnnx.targets.onnxruntime.fusion_check import unfused
 from qnnx.targets.onnxruntime.kernels import u8s8_saturates
@@ -58,6 +61,10 @@ class OnnxRuntimeRecord:
 
 class OnnxRuntimeTarget:
     name = "onnxruntime"
+
+    def execution(self, kind: str) -> Int8Execution:
+        """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""
+        return WHOLE
 
     def export(self, qdq: ir.Model) -> ir.Model:
         """A copy of ``qdq`` shaped for ORT's kernels (same output bits)."""
