@@ -16,6 +16,7 @@ from qnnx.autoquant.patterns import pattern_named
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
 from qnnx.ir import Builder, const_array, drop_unused_initializers, replace_value
+from qnnx.targets import target
 
 
 def _model_copy(model: ir.Model) -> ir.Model:
@@ -162,8 +163,10 @@ def _normal_bias_scale(w_qp: QParams, x_scale) -> QParams:
                    w_qp.axis)
 
 
-def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool) -> QParams:
-    obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis))
+def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool,
+                      reduce_range: bool = False) -> QParams:
+    obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis,
+                                       reduce_range=reduce_range))
     obs.observe(np.asarray(w, np.float32))
     return obs.compute_qparams()
 
@@ -226,7 +229,9 @@ class AffineRewriter:
             w = np.asarray(const_array(self.values[t.value.name]), np.float32)
             if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
-                qp = _constant_qparams(w, axis, config, config.weight_dtype, True)
+                # one bit less where the target's u8 x s8 kernels sum product pairs in saturating 16 bits
+                qp = _constant_qparams(w, axis, config, config.weight_dtype, True,
+                                       target(config.target).weight_reduce_range)
                 w_handle = self.weight(anchor, idx, w, qp, axis, x, bias)
             else:  # a constant operand of an elementwise op: the activation type, from its own range
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)

@@ -61,6 +61,7 @@ class OnnxRuntimeRecord:
 
 class OnnxRuntimeTarget:
     name = "onnxruntime"
+    weight_reduce_range = False  # full int8 weights (kernels.py reports where ORT's u8 x s8 kernels clip)
 
     def execution(self, kind: str) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""

@@ -6,6 +6,8 @@
                next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
                fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
                its CPU hardware config, never after elementwise ops).
+    weights    7 bits ([-64, 63]) on x86 CPUs without VNNI (cpu.py): there the plugin's u8 x s8 kernels sum
+               pairs of products in saturating 16 bits (255 * 127 * 2 > 32767), as NNCF's overflow fix does
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
     check      the model compiled once: which conv/matmul layers the runtime graph executes in int8
                (execution_check.py); needs openvino, else the record says why it was not checked
@@ -21,6 +23,7 @@ import onnx_ir as ir
 
 from qnnx.errors import QnnxError
 from qnnx.targets.execution import Int8Execution
+from qnnx.targets.openvino.cpu import pairs_saturate
 from qnnx.targets.openvino.execution_check import contractions, executed_layers
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
 
@@ -40,11 +43,14 @@ class OpenVinoRecord:
     int8: int = 0
     float_layers: list[str] = field(default_factory=list)
     unchecked: str = ""
+    reduced_weights: bool = False
 
     def lines(self) -> list[str]:
         if self.unchecked:
             return [f"OpenVINO: the model was not compiled to check its int8 layers: {self.unchecked}"]
-        out = [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8 ({self.quantized} quantized in "
+        out = ["written for OpenVINO on a CPU without VNNI: int8 weights in [-64, 63] (its u8 x s8 kernels sum "
+               "product pairs in saturating 16 bits)"] if self.reduced_weights else []
+        out += [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8 ({self.quantized} quantized in "
                f"the model), {len(self.float_layers)} in float"]
         if self.int8 < self.quantized:
             out.append(f"WARNING: OpenVINO runs {self.quantized - self.int8} quantized conv/matmul layer(s) in "
@@ -54,6 +60,11 @@ class OpenVinoRecord:
 
 class OpenVinoTarget:
     name = "openvino"
+
+    @property
+    def weight_reduce_range(self) -> bool:
+        """Weights one bit short of int8 on this CPU (the module docstring): the model depends on the host."""
+        return pairs_saturate()
 
     def execution(self, kind: str) -> Int8Execution:
         return INPUTS_ONLY if kind in ("conv", "conv transpose", "matmul/gemm", "pool") else FLOAT
@@ -71,9 +82,10 @@ class OpenVinoTarget:
         try:
             compiled = compile_model(self.export(qdq), threads=1)
         except QnnxError as e:
-            return OpenVinoRecord(quantized, unchecked=str(e))
+            return OpenVinoRecord(quantized, unchecked=str(e), reduced_weights=self.weight_reduce_range)
         int8, floats = contractions(executed_layers(compiled))
-        return OpenVinoRecord(quantized, len(int8), [layer.fused or layer.name for layer in floats])
+        return OpenVinoRecord(quantized, len(int8), [layer.fused or layer.name for layer in floats],
+                              reduced_weights=self.weight_reduce_range)
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""
