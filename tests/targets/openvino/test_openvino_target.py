@@ -138,3 +138,20 @@ def test_cli_bench_and_compare_on_openvino(tmp_path):
                             "--precision", "f32", "--threads", "1"])
     assert r.exit_code == 0, r.output
     assert "SQNR" in r.output
+
+
+def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form():
+    """MatMul -> Softmax -> MatMul: for OpenVINO the first MatMul's output is float, so its int32 accumulator
+    reaches the Softmax; the Softmax stays float instead of failing integerization."""
+    rng = np.random.default_rng(1)
+    g = Graph()
+    x = g.input("x", [1, 6, 8])
+    a = g.node("MatMul", [x, g.const(rng.standard_normal((8, 8)).astype(np.float32), "w1")], name="mm1")
+    s = g.node("Softmax", [a], name="softmax", axis=-1)
+    g.node("MatMul", [s, g.const(rng.standard_normal((8, 4)).astype(np.float32), "w2")], name="mm2", out="y")
+    data = [rng.standard_normal((1, 6, 8)).astype(np.float32) for _ in range(4)]
+    qm = qnnx.quantize(g.model("y"), data, config=QuantConfig(progress=False, target="openvino",
+                                                              weight_rounding="nearest", bias_correction="off"))
+    assert "Softmax" in {n.op_type for n in qm.canonical.graph}
+    assert ("softmax", "Softmax", "an operand is int32 (an accumulator); qnnx.softmax takes 8/16-bit operands") \
+        in qm.report.left_in_float
