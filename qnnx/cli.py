@@ -30,6 +30,8 @@ from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRAT
                                    RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
+from qnnx.targets import TARGETS
+from qnnx.targets.openvino.runtime import PRECISIONS as OV_PRECISIONS
 
 class PanelCommand(typer.core.TyperCommand):
     """Plain click help with the options grouped: the common ones under "Options", then one section per
@@ -77,6 +79,8 @@ WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, t
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
+Runtime = enum.Enum("Runtime", {r: r for r in TARGETS}, type=str)
+Precision = enum.Enum("Precision", {p: p for p in OV_PRECISIONS}, type=str)
 _IMAGES = "images (a sample directory of .jpg/.png/.bmp/.webp)"
 _RANDOM_CALIBRATION_BYTES = 1 << 30  # --random-calibration refuses samples larger than this in total
 _SUMMARY_SAMPLES = 2  # calibration samples the summary after quantize compares on (each costs ~2 model runs)
@@ -248,6 +252,10 @@ def quantize(
             "canonical integer model; lowered: the canonical model in standard ONNX ops")] = Format.qdq,
         activation_dtype: Annotated[ActivationDtype, typer.Option("--activation-dtype", help="activation integer "
                                                                   "type")] = DEFAULT_ACTIVATION_DTYPE,
+        target: Annotated[Runtime, typer.Option(
+            "--target", help="the runtime the model is quantized and its QDQ file shaped for: onnxruntime (every "
+            "pattern integer, ORT's kernels' shaping) or openvino (only conv/matmul/pool inputs quantized, so the "
+            "CPU plugin fuses the float ops after them)")] = Runtime(QuantConfig.target),
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[int, typer.Option(
@@ -380,8 +388,8 @@ def quantize(
         check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
-        weight_bits=weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()), allow_float=allow_float,
-        progress=not quiet,
+        weight_bits=weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
+        allow_float=allow_float, target=target.value, progress=not quiet,
         ranges=RangeOptions(method=method.value, percentile=percentile,
                             consumer_functions=_consumer_functions(consumer_function),
                             consumer_weighting=consumer_weighting, silu_lobe=silu_lobe),
@@ -514,9 +522,19 @@ def compare(
         = None,
         top: Annotated[int, typer.Option("--top", min=0, help="how many layers to list")] = 20,
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
+        runtime: Annotated[Runtime, typer.Option(
+            "--runtime", help="what runs the quantized model: onnxruntime (every layer compared) or openvino (its "
+            "CPU plugin: the outputs only; the float reference still runs on ONNX Runtime)")] = Runtime.onnxruntime,
+        threads: Annotated[int | None, typer.Option("--threads", min=1, show_default=False,
+                                                    help="openvino: inference threads (default: the plugin's)")]
+        = None,
+        precision: Annotated[Precision, typer.Option(
+            "--precision", help="openvino: inference precision hint of its float layers (default: the plugin's, "
+            "bf16 on CPUs that have it)")] = Precision.default,
         images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis.compare import compare as compare_with
+    from qnnx.analysis.compare import compare_on_openvino
     from qnnx.terminal import show_compare
 
     samples = _samples(data, images, "--data", num_samples=num_samples, seed=None)
@@ -526,13 +544,17 @@ def compare(
             print(f"\rcomparing on sample {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
                   flush=True)
 
-    errors = compare_with(float_model, quant_model, samples, progress=progress)
+    if runtime is Runtime.openvino:
+        errors = compare_on_openvino(float_model, quant_model, samples, threads=threads, precision=precision.value,
+                                     progress=progress)
+    else:
+        errors = compare_with(float_model, quant_model, samples, progress=progress)
     show_compare(errors, top, samples=len(samples))
 
 
-@app.command("bench", cls=PanelCommand, short_help='median ONNX Runtime latency and speedup vs the first model',
-             help=('Median latency of one or more models on ONNX Runtime (timed interleaved), with speedups relative'
-                   ' to the first.'))
+@app.command("bench", cls=PanelCommand, short_help='median latency (ONNX Runtime or OpenVINO) and speedup vs the first model',
+             help=('Median latency of one or more models on ONNX Runtime or OpenVINO (timed interleaved), with '
+                   'speedups relative to the first.'))
 @_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
@@ -543,15 +565,29 @@ def bench(
         = None,
         threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
         repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
+        runtime: Annotated[Runtime, typer.Option(
+            "--runtime", help="onnxruntime (CPU provider) or openvino (the model compiled by its CPU plugin, one "
+            "stream, latency hint)")] = Runtime.onnxruntime,
+        precision: Annotated[Precision, typer.Option(
+            "--precision", help="openvino: inference precision hint of its float layers (default: the plugin's, "
+            "bf16 on CPUs that have it)")] = Precision.default,
         images: ImagePreprocess | None = None,
 ) -> None:
-    from qnnx.targets.onnxruntime.latency import median_latency_ms
     from qnnx.terminal import show_latency
 
     samples = _samples(data, images, "--data")
     _same_inputs(models, random=samples is None)
-    show_latency(median_latency_ms(models, feed=_bench_feed(models[0], samples), threads=threads, repeats=repeats),
-                 threads)
+    feed = _bench_feed(models[0], samples)
+    if runtime is Runtime.openvino:
+        from qnnx.targets.openvino.runtime import median_latency_ms as openvino_latency_ms
+
+        ms = dict(zip(models, openvino_latency_ms(models, feed=feed, threads=threads, repeats=repeats,
+                                                  precision=precision.value)))
+        show_latency(ms, threads, runtime="OpenVINO (CPU)")
+        return
+    from qnnx.targets.onnxruntime.latency import median_latency_ms
+
+    show_latency(median_latency_ms(models, feed=feed, threads=threads, repeats=repeats), threads)
 
 
 def _same_inputs(models: list[str], *, random: bool) -> None:

@@ -174,14 +174,15 @@ def show_summary(summary, console: Console | None = None) -> None:
     console.print(ops)
 
 
-def show_latency(ms: Mapping[str, float], threads: int, console: Console | None = None) -> None:
+def show_latency(ms: Mapping[str, float], threads: int, console: Console | None = None,
+                 runtime: str = "ONNX Runtime") -> None:
     """``qnnx bench``: median latency per model and the speedup over the first."""
     console = console or stdout_console()
     base = next(iter(ms.values()))
     if not console.is_terminal:
         _print(console, "\n".join(f"{v:9.2f} ms  {base / v:5.2f}x vs first  {p}" for p, v in ms.items()))
         return
-    t = _table(f"median latency on ONNX Runtime, {threads} thread(s)")
+    t = _table(f"median latency on {runtime}, {threads} thread(s)")
     t.add_column("model")
     t.add_column("ms", justify="right")
     t.add_column("speedup vs first", justify="right")

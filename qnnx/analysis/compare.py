@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.prepare import prepare
 from qnnx.dialect import DOMAIN
+from qnnx.errors import QnnxError
 from qnnx.ir import load_model
 from qnnx.metrics import LayerError, compare_models, float_outputs
 from qnnx.passes.lower import lower
 
-__all__ = ["LayerError", "compare", "compare_models", "float_outputs", "format_table", "made_by_qnnx"]
+__all__ = ["LayerError", "compare", "compare_models", "compare_on_openvino", "float_outputs", "format_table", "made_by_qnnx"]
 
 
 def made_by_qnnx(model: ir.Model) -> bool:
@@ -51,3 +53,32 @@ def format_table(errors: list[LayerError], limit: int = 20) -> str:
     lines += [f"  {e.sqnr_db:7.1f} dB  cos {e.cosine:.5f}  max {e.max_abs:9.4g}  {e.op_type:<18} {e.node or '-'}"
               + (f" (tensor {e.name})" if e.node and e.name != e.node else "") for e in layers]
     return "\n".join(lines)
+
+
+def compare_on_openvino(float_model, quant_model, data, *, num_samples: int | None = None, threads: int | None = None,
+                        precision: str = "default", progress=None) -> list[LayerError]:
+    """The error of each output of ``quant_model`` as OpenVINO's CPU plugin computes it, against the float
+    model on ONNX Runtime (the exact float reference; OpenVINO's own float is bf16 on some CPUs). Outputs
+    only: the compiled model exposes no intermediate tensors. A model in the qnnx dialect is lowered."""
+    from qnnx.data import CalibrationData, input_specs
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    fm, qm = load_model(float_model), load_model(quant_model)
+    if any(n.domain == DOMAIN for n in qm.graph):
+        qm = lower(qm, copy=False)
+    samples = CalibrationData.from_source(data)
+    samples = (samples if num_samples is None else samples.head(num_samples)).bind(input_specs(fm))
+    names = [v.name for v in qm.graph.outputs]
+    reference = float_outputs(fm, samples)
+    common = [n for n in names if n in reference[0]] if reference else []
+    if not common:
+        raise QnnxError("the two models share no output names to compare")
+    compiled = compile_model(qm, threads=threads, precision=precision)
+    stats = {n: LayerError(n, "output", True) for n in common}
+    for k, feed in enumerate(samples):
+        got = dict(zip(names, run(compiled, feed)))
+        for n in common:
+            stats[n].add(np.asarray(reference[k][n]), got[n])
+        if progress is not None:
+            progress(k + 1, len(samples))
+    return sorted(stats.values(), key=lambda s: (s.sqnr_db, s.name))

@@ -161,6 +161,31 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
     return Plan(matches, share_groups(matches), decisions)
 
 
+def for_target(the_plan: Plan, execution) -> Plan:
+    """The plan as a target executes it: ``execution(kind)`` (a target's
+    :class:`~qnnx.targets.execution.Int8Execution` for a pattern kind) per match. A match the target runs
+    in float is dropped, its decision saying why; one it runs with integer inputs and a float output loses
+    its output qparams (its readers quantize the value when they are integer themselves). ``the_plan``
+    itself when every match is executed whole."""
+    by_anchor = {d.node: d for d in the_plan.decisions}
+    matches, changed = [], False
+    for m in the_plan.matches:
+        how = execution(pattern_named(m.pattern).kind)
+        if how.inputs and how.output:
+            matches.append(m)
+            continue
+        changed = True
+        d = by_anchor.get(node_label(m.nodes[0]))
+        if not how.inputs or not m.inputs:
+            if d is not None:
+                d.quantized, d.pattern, d.reason = False, None, how.why or "the target runs it in float"
+            continue
+        matches.append(PatternMatch(m.pattern, m.nodes, m.inputs, (), m.bias))
+        if d is not None and m.outputs:
+            d.reason += "; float output (the target's integer kernel dequantizes it)"
+    return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
+
+
 def permutation_of(v: ir.Value, root: ir.Value) -> bool:
     """``v`` comes from ``root`` through value-permuting ops only."""
     while v is not root:

@@ -3,7 +3,7 @@
     prepare     source, data            -> float_model, renames, source_op_types, data (bound), samples
     hold_out    data, validation        -> data, samples, validation (held out), validation_reference
     smooth      float_model, data       -> float_model (SmoothQuant, in place: exact in float)
-    plan        float_model             -> exclusions, plan
+    plan        float_model, config     -> exclusions, plan (as config.target executes it)
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
     realize     float_model, plan, qparams -> qdq, keep_float
     (refinements: refinements/, each state -> state)
@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
-from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, plan
+from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, for_target, plan
 from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
 from qnnx.autoquant.qdq import realize_qdq
@@ -149,7 +149,8 @@ def run_smooth(state: QuantState) -> QuantState:
 
 def run_plan(state: QuantState) -> QuantState:
     exclusions = Exclusions.resolve(state.float_model, state.config, state.renames, state.source_op_types)
-    the_plan = plan(state.float_model, state.config, exclusions)
+    # what the target executes in integer: ONNX Runtime every match whole, OpenVINO only contractions' inputs
+    the_plan = for_target(plan(state.float_model, state.config, exclusions), target(state.config.target).execution)
     if not the_plan.matches and not state.config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions

@@ -388,8 +388,19 @@ def _positive_scalar(ctx: Context, v: ir.Value) -> float | None:
     return c if c > 0 and math.isfinite(c) else None
 
 
+_NARROW = ("int8", "uint8", "int16", "uint16")
+
+
+def _narrow(x: Affine, op: str) -> Affine:
+    """``x`` when it is 8/16-bit: an int32 accumulator (a conv/matmul whose output the plan left float, for a
+    target that fuses the next op into it) keeps the op reading it float."""
+    if x.type.dtype.name not in _NARROW:
+        raise Unsupported(f"an operand is {x.type.dtype.name} (an accumulator); qnnx.{op} takes 8/16-bit operands")
+    return x
+
+
 def _binary(node, ctx, op: str):
-    a, b = ctx.affine(node.inputs[0], "A"), ctx.affine(node.inputs[1], "B")
+    a, b = _narrow(ctx.affine(node.inputs[0], "A"), op), _narrow(ctx.affine(node.inputs[1], "B"), op)
     out = ctx.output_type(node.outputs[0])
     axes = {t.axis for t in (a.type, b.type, out) if t.axis is not None}
     if len(axes) > 1:
@@ -493,7 +504,7 @@ def _concat(node, ctx):
     if any(not x.type.per_tensor for x in xs) or not out.per_tensor:
         raise Unsupported("per-axis concat inputs")
     inputs = [*_qparam_inputs(ctx, out, "y")]
-    for i, x in enumerate(xs):
+    for i, x in enumerate([_narrow(x, "concat") for x in xs]):
         inputs += [x.value, *_qparam_inputs(ctx, x.type, f"x{i}")]
     return [Affine(ctx.b.op("concat", inputs, domain=DOMAIN, axis=axis, out_dtype=out.dtype.name,
                             rounding="half_even", compute="qdq"), out)]  # what the QDQ graph computes: each
@@ -501,7 +512,7 @@ def _concat(node, ctx):
 
 
 def _pool(node, ctx, op: str, **attrs):
-    x = ctx.affine(node.inputs[0])
+    x = _narrow(ctx.affine(node.inputs[0]), op)
     if x.type.axis not in (None, 1):
         raise Unsupported("per-axis qparams not on the channel axis")
     out = ctx.output_type(node.outputs[0])
@@ -532,7 +543,7 @@ def _avg_pool(node, ctx):
 
 @fq2i_rule("Softmax")
 def _softmax(node, ctx):
-    x = _per_tensor(ctx.affine(node.inputs[0]))
+    x = _per_tensor(_narrow(ctx.affine(node.inputs[0]), "softmax"))
     opset = node.version or (node.graph.opset_imports.get("", 13) if node.graph is not None else 13)
     rank = len(x.value.shape) if x.value.shape is not None else (
         len(node.inputs[0].shape) if node.inputs[0].shape is not None else None)

@@ -1,20 +1,24 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name`` and three methods, the only runtime-specific code of automatic quantization:
+A target has a ``name`` and four methods, the only runtime-specific code of automatic quantization:
 
+    execution(kind) -> Int8Execution   how it executes a kind of pattern: quantized whole, inputs only
+                                       (float output), or float (execution.py); the plan stage applies it
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved
 
-The canonical qnnx form does not depend on the target; only the QDQ file written does.
+The canonical qnnx form is what the plan quantized: it follows ``execution`` (which ops are integer),
+never the export's shaping.
 """
 
 from __future__ import annotations
 
 from qnnx.errors import QnnxError
 from qnnx.targets.onnxruntime import OnnxRuntimeTarget
+from qnnx.targets.openvino import OpenVinoTarget
 
-TARGETS = {"onnxruntime": OnnxRuntimeTarget()}
+TARGETS = {"onnxruntime": OnnxRuntimeTarget(), "openvino": OpenVinoTarget()}
 
 
 def target(name: str):

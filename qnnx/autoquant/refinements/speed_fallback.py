@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.patterns import PatternMatch, pattern_named
-from qnnx.autoquant.plan import Plan, plan
+from qnnx.autoquant.plan import Plan, for_target, plan
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.errors import QnnxError
@@ -293,7 +293,8 @@ class SpeedFallback(Refinement):
             # before, with the same group.
             kept = {m.nodes[0].name: activations(m) for m in keep}
             floats = [n.name for m in the_plan.matches if m.nodes[0].name not in kept for n in m.nodes]
-            replanned = plan(state.float_model, config, state.exclusions.with_nodes(floats))
+            replanned = for_target(plan(state.float_model, config, state.exclusions.with_nodes(floats)),
+                                   target(config.target).execution)
             return the_plan.keeping([m for m in replanned.matches if kept.get(m.nodes[0].name) == activations(m)])
 
         def realize(keep: list[PatternMatch]) -> ir.Model:

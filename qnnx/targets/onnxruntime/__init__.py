@@ -1,5 +1,7 @@
 """ONNX Runtime (CPU) as a deployment target.
 
+    execution every pattern quantized whole (inputs and output): ORT's QDQ fusions want DQ -> op -> Q
+
     export   MaxPools read a per-channel DequantizeLinear so ORT keeps them float (max_pool.py); each
              quantized depthwise conv's channels padded to ORT's fast kernel (channel_padding.py)
     check    ORT's level-2 optimizer run once on the exported model: quantized conv/matmul groups it
@@ -14,10 +16,10 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx_ir as ir
 
 from qnnx.ir import save_model
+from qnnx.targets.execution import WHOLE, Int8Execution, wide_int8_weights
 from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwise_channels
 from qnnx.targets.onnxruntime.fusion_check import unfused
 from qnnx.targets.onnxruntime.kernels import u8s8_saturates
@@ -57,20 +59,12 @@ class OnnxRuntimeRecord:
         return out
 
 
-def _wide_int8_weights(model: ir.Model) -> bool:
-    """Whether a constant int8 tensor behind a DequantizeLinear holds a value beyond +-64 (a pair of such
-    products with uint8 255 overflows int16)."""
-    for n in model.graph:
-        if n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None \
-                and n.inputs[0].dtype == ir.DataType.INT8:
-            q = n.inputs[0].const_value.numpy()
-            if q.size and int(np.abs(q.astype(np.int16)).max()) > 64:
-                return True
-    return False
-
-
 class OnnxRuntimeTarget:
     name = "onnxruntime"
+
+    def execution(self, kind: str) -> Int8Execution:
+        """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""
+        return WHOLE
 
     def export(self, qdq: ir.Model) -> ir.Model:
         """A copy of ``qdq`` shaped for ORT's kernels (same output bits)."""
@@ -81,7 +75,7 @@ class OnnxRuntimeTarget:
         missed, fusable = unfused(model)
         u8 = any(n.op_type == "QuantizeLinear" and len(n.inputs) > 2 and n.inputs[2] is not None
                  and n.inputs[2].dtype == ir.DataType.UINT8 for n in model.graph)
-        saturating = bool(fusable) and u8 and _wide_int8_weights(model) and u8s8_saturates()
+        saturating = bool(fusable) and u8 and wide_int8_weights(model) and u8s8_saturates()
         return OnnxRuntimeRecord(padding, missed, fusable, saturating=saturating)
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:

@@ -1,0 +1,229 @@
+"""OpenVINO as the deployment target: fp32 vs NNCF vs qnnx ``--target openvino``, all run by OpenVINO's CPU plugin.
+
+    python bench/on_openvino.py                                   # the five tuning models, 5 seeds, 32 calib, 200 eval
+    python bench/on_openvino.py --tasks ppocr_cls --seeds 0 1 --eval 64 --repeats 30
+
+For each task (bench/tasks.py) and each calibration set ``seed`` (``Task.calibration(--calib, seed)``,
+the protocol's disjoint sets), the same samples calibrate
+
+- ``nncf``: ``nncf.quantize(openvino.convert_model(model), nncf.Dataset(samples))``, its defaults;
+- ``nncf_best``: the same with NNCF's documented recipe for the model where it has one
+  (``model_type=TRANSFORMER`` for the transformer models, its YOLOv8 example's MIXED preset and ignored
+  detection-head subgraph), else absent;
+- ``qnnx``: ``qnnx.quantize(..., QuantConfig(target="openvino"))``, the QDQ file it writes;
+- ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
+
+and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
+worst over the seeds). Latency: the fp32 model and each quantizer's model of the first seed compiled
+side by side in this process (CPU plugin, ``--threads`` threads, one stream), timed interleaved on the
+first evaluation sample, ``--repeats`` medians, ratios against OpenVINO fp32. Results: JSON (``--out``)
+and a markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.tasks import TASKS, main_metric  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+DEFAULT_TASKS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "minilm")
+TRANSFORMERS = ("ppocr_rec", "minilm")  # SVTR blocks / BERT: NNCF's model_type=TRANSFORMER preset
+
+
+def nncf_best_options(task_name: str, ov_model) -> dict | None:
+    """NNCF's documented recipe for this model, or None when it has none beyond the defaults."""
+    import nncf
+
+    if task_name in TRANSFORMERS:
+        return {"model_type": nncf.ModelType.TRANSFORMER}
+    if task_name.startswith("yolov8n"):
+        # NNCF's YOLOv8 example (examples/post_training_quantization/openvino/yolov8): MIXED preset, the
+        # detection head's box decoding after the three Concats left float.
+        names = {op.get_friendly_name() for op in ov_model.get_ops()}
+        heads = [n for n in ("/model.22/Concat", "/model.22/Concat_1", "/model.22/Concat_2") if n in names]
+        sink = [f"{o.get_node().get_friendly_name()}" for o in ov_model.outputs]
+        if len(heads) == 3:
+            scope = nncf.IgnoredScope(subgraphs=[nncf.Subgraph(inputs=heads, outputs=sink)])
+            return {"preset": nncf.QuantizationPreset.MIXED, "ignored_scope": scope}
+        return {"preset": nncf.QuantizationPreset.MIXED}
+    return None
+
+
+def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
+    import nncf
+    import openvino as ov
+
+    model = ov.convert_model(str(model_path))
+    options = nncf_best_options(task_name, model) if best else {}
+    if options is None:
+        return None
+    return nncf.quantize(model, nncf.Dataset(calib), subset_size=len(calib), **options)
+
+
+def qnnx_quantize(model_path: Path, calib: list, target: str, out: Path) -> Path:
+    import qnnx
+
+    qm = qnnx.quantize(str(model_path), calib, qnnx.QuantConfig(progress=False, target=target))
+    qm.save(out)
+    return out
+
+
+def compiled(model, threads: int, precision: str):
+    """An OpenVINO CPU compiled model of an ONNX path or an ``openvino.Model``."""
+    import openvino as ov
+
+    from qnnx.targets.openvino.runtime import compile_model
+
+    if isinstance(model, ov.Model):
+        config = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads)}
+        if precision != "default":
+            config["INFERENCE_PRECISION_HINT"] = precision
+        return ov.Core().compile_model(model, "CPU", config)
+    return compile_model(model, threads=threads, precision=precision)
+
+
+def outputs_of(model, feeds: list, threads: int, precision: str) -> list[list]:
+    from qnnx.targets.openvino.runtime import run
+
+    c = compiled(model, threads, precision)
+    return [run(c, f) for f in feeds]
+
+
+def int8_layers(model, precision: str) -> tuple[int, int]:
+    """(int8, float) conv/matmul layers of the runtime graph."""
+    from qnnx.targets.openvino.execution_check import contractions, executed_layers
+
+    int8, floats = contractions(executed_layers(compiled(model, 1, precision)))
+    return len(int8), len(floats)
+
+
+def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str) -> dict[str, float]:
+    requests = {k: compiled(m, threads, precision).create_infer_request() for k, m in models.items()}
+    for r in requests.values():
+        for _ in range(3):
+            r.infer(feed)
+    times = {k: [] for k in requests}
+    for _ in range(repeats):
+        for k, r in requests.items():
+            t = time.perf_counter()
+            r.infer(feed)
+            times[k].append((time.perf_counter() - t) * 1000)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def run_task(name: str, args, tmp: Path) -> dict:
+    task = TASKS[name]
+    why = task.unavailable()
+    if why:
+        return {"task": name, "unavailable": why}
+    evaluation = task.evaluation(args.eval)
+    feeds, truths = [f for f, _ in evaluation], [t for _, t in evaluation]
+    fp32 = task.score(outputs_of(task.model_path, feeds, args.score_threads, args.precision), truths)
+    metric = main_metric(fp32)
+    print(f"== {name}: OpenVINO fp32 {metric} {fp32[metric]:.4f}", flush=True)
+    configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_ort"] if args.with_ort_shape else [])
+               if not args.only or c in args.only]
+    res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
+                                                                                 "seconds": []} for c in configs}}
+    first: dict = {"fp32": task.model_path}
+    for seed in args.seeds:
+        calib = task.calibration(args.calib, seed=seed)
+        for c in configs:
+            t = time.perf_counter()
+            try:
+                if c.startswith("nncf"):
+                    model = nncf_quantize(name, task.model_path, calib, best=c == "nncf_best")
+                    if model is None:
+                        res["configs"][c]["per_seed"].append(None)
+                        res["configs"][c]["errors"][seed] = "no recipe beyond the defaults"
+                        continue
+                else:
+                    model = qnnx_quantize(task.model_path, calib, "openvino" if c == "qnnx" else "onnxruntime",
+                                          tmp / f"{name}.{c}.{seed}.onnx")
+                seconds = time.perf_counter() - t
+                value = task.score(outputs_of(model, feeds, args.score_threads, args.precision), truths)[metric]
+            except Exception as e:  # noqa: BLE001 - a failing quantizer is a result, reported as such
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                res["configs"][c]["errors"][seed] = f"{type(e).__name__}: {str(e)[:300]} [{Path(where.filename).name}:{where.lineno}]"
+                value, seconds = None, time.perf_counter() - t
+                model = None
+            res["configs"][c]["per_seed"].append(value)
+            res["configs"][c]["seconds"].append(seconds)
+            if seed == args.seeds[0] and model is not None:
+                first[c] = model
+            print(f"   {c} seed {seed}: {'FAILED ' + res['configs'][c]['errors'][seed] if value is None else f'{value:.4f}'}"
+                  f" (quantized in {seconds:.0f} s)", flush=True)
+    for c in configs:
+        ok = [v for v in res["configs"][c]["per_seed"] if v is not None]
+        n = len(res["configs"][c]["per_seed"])
+        res["configs"][c]["mean"] = sum(ok) / len(ok) if ok else None
+        res["configs"][c]["worst"] = min(ok) if ok and len(ok) == n else None
+    ms = latency(first, feeds[0], args.threads, args.repeats, args.precision)
+    res["latency_ms"] = ms
+    res["int8_layers"] = {k: int8_layers(m, args.precision) for k, m in first.items()}
+    print(f"   latency ({args.threads} thread(s), ms): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
+          + " | int8/float conv+matmul layers: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in res["int8_layers"].items()),
+          flush=True)
+    return res
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| model | metric | OV fp32 | NNCF default mean / worst | NNCF best mean / worst | qnnx mean / worst | "
+             "ms: fp32 / NNCF / NNCF best / qnnx | qnnx speed vs NNCF, NNCF best |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "unavailable" in r:
+            lines.append(f"| {r['task']} | unavailable: {r['unavailable']} | | | | | | |")
+            continue
+        c, ms = r["configs"], r["latency_ms"]
+        if any(k not in c for k in ("nncf", "nncf_best", "qnnx")):
+            continue
+        cells = [f"{_fmt(c[k]['mean'])} / {_fmt(c[k]['worst'])}" if c[k]["mean"] is not None else "-"
+                 for k in ("nncf", "nncf_best", "qnnx")]
+        times = " / ".join(f"{ms[k]:.2f}" if k in ms else "-" for k in ("fp32", "nncf", "nncf_best", "qnnx"))
+        ratio = ", ".join(f"{ms[k] / ms['qnnx']:.2f}x" if k in ms and "qnnx" in ms else "-"
+                          for k in ("nncf", "nncf_best"))
+        lines.append(f"| {r['task']} | {r['metric']} | {r['fp32']:.4f} | " + " | ".join(cells) + f" | {times} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=sorted(TASKS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--calib", type=int, default=32)
+    ap.add_argument("--eval", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1, help="inference threads of the latency runs")
+    ap.add_argument("--score-threads", type=int, default=2, help="inference threads while scoring")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--precision", default="default", help="INFERENCE_PRECISION_HINT (default: the plugin's)")
+    ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
+    ap.add_argument("--only", nargs="+", help="a subset of the quantizers (nncf nncf_best qnnx qnnx_ort)")
+    ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="qnnx_ov_bench_") as tmp:
+        for name in args.tasks:
+            results.append(run_task(name, args, Path(tmp)))
+            args.out.write_text(json.dumps({"argv": sys.argv[1:], "results": results}, indent=1, default=str))
+    print(markdown(results))
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""OpenVINO (CPU plugin) as a deployment target.
+
+    execution  Conv, ConvTranspose, MatMul/Gemm and average pools: quantized inputs, float output; every
+               other pattern float. The plugin runs a conv/matmul whose inputs are quantized on int8
+               kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul, residual Add, the
+               next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
+               fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
+               its CPU hardware config, never after elementwise ops).
+    weights    as configured (``weight_bits``); on x86 CPUs without VNNI (cpu.py) the plugin's u8 x s8 kernels
+               sum pairs of products in saturating 16 bits (255 * 127 * 2 > 32767): the check notes a model
+               whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
+    export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
+    check      the model compiled once: which conv/matmul layers the runtime graph executes in int8
+               (execution_check.py); needs openvino, else the record says why it was not checked
+    timer      median latency of compiled models on one thread, timed interleaved (runtime.py)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from qnnx.errors import QnnxError
+from qnnx.targets.execution import Int8Execution, wide_int8_weights
+from qnnx.targets.openvino.cpu import pairs_saturate
+from qnnx.targets.openvino.execution_check import contractions, executed_layers
+from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
+
+INPUTS_ONLY = Int8Execution(inputs=True, output=False)
+FLOAT = Int8Execution(inputs=False, output=False,
+                      why="left float for OpenVINO: its CPU plugin fuses it into the conv/matmul kernel before it "
+                          "(a quantize there would cut the fusion)")
+QUANTIZED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+@dataclass(frozen=True)
+class OpenVinoRecord:
+    """What :meth:`OpenVinoTarget.check` found: conv/matmul layers of the QDQ model reading quantized
+    inputs, and the runtime graph's int8 and float conv/matmul layers."""
+
+    quantized: int = 0
+    int8: int = 0
+    float_layers: list[str] = field(default_factory=list)
+    unchecked: str = ""
+    saturating: bool = False  # int8 weights beyond +-64 on a CPU whose u8 x s8 kernels clip 16-bit pair sums
+
+    def lines(self) -> list[str]:
+        if self.unchecked:
+            return [f"OpenVINO: the model was not compiled to check its int8 layers: {self.unchecked}"]
+        out = ["note: OpenVINO on this CPU (x86 without VNNI) sums uint8 x int8 products in saturating 16-bit pairs, "
+               "so large sums in this model's int8 layers can be clipped; --weight-bits 7 keeps every weight "
+               "within [-64, 64], which these kernels sum exactly"] if self.saturating else []
+        out += [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8 ({self.quantized} quantized in "
+               f"the model), {len(self.float_layers)} in float"]
+        if self.int8 < self.quantized:
+            out.append(f"WARNING: OpenVINO runs {self.quantized - self.int8} quantized conv/matmul layer(s) in "
+                       "float: " + ", ".join(self.float_layers[:8]) + (" ..." if len(self.float_layers) > 8 else ""))
+        return out
+
+
+class OpenVinoTarget:
+    name = "openvino"
+
+    def execution(self, kind: str) -> Int8Execution:
+        return INPUTS_ONLY if kind in ("conv", "conv transpose", "matmul/gemm", "pool") else FLOAT
+
+    def export(self, qdq: ir.Model) -> ir.Model:
+        """A copy of ``qdq`` (OpenVINO reads the QDQ form as it is)."""
+        copy = qdq.clone()
+        copy.producer_name = "qnnx"
+        return copy
+
+    def check(self, qdq: ir.Model) -> OpenVinoRecord:
+        quantized = sum(1 for n in qdq.graph if n.op_type in QUANTIZED_OPS and n.inputs and n.inputs[0] is not None
+                        and n.inputs[0].producer() is not None
+                        and n.inputs[0].producer().op_type == "DequantizeLinear")
+        try:
+            compiled = compile_model(self.export(qdq), threads=1)
+        except QnnxError as e:
+            return OpenVinoRecord(quantized, unchecked=str(e))
+        int8, floats = contractions(executed_layers(compiled))
+        return OpenVinoRecord(quantized, len(int8), [layer.fused or layer.name for layer in floats],
+                              saturating=wide_int8_weights(qdq) and pairs_saturate())
+
+    def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
+        """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""
+        return median_latency_ms([self.export(m) for m in models], feed=feed, threads=1, repeats=repeats)
+
+
+__all__ = ["OpenVinoRecord", "OpenVinoTarget"]

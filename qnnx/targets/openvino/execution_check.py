@@ -1,0 +1,44 @@
+"""Which convolutions and matmuls OpenVINO's CPU plugin executes in int8, read from the compiled model.
+
+The plugin decides per layer after its low-precision transformations: a conv or matmul whose input and
+weights reach it as quantized values runs on u8/i8 kernels; one whose quantization could not be
+propagated to it (a Q/DQ pair in the wrong place, an unsupported zero point) silently runs in float.
+The runtime graph (``compiled.get_runtime_model()``) names each executed layer's type
+(``layerType``), its precision (``runtimePrecision``) and the original layers fused into it
+(``originalLayersNames``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONTRACTIONS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul", "GroupConvolution")
+INT8 = ("u8", "i8", "U8", "I8")
+
+
+@dataclass(frozen=True)
+class ExecutedLayer:
+    name: str
+    layer_type: str
+    precision: str
+    fused: str  # the original layers this one executes, comma-separated
+
+
+def executed_layers(compiled) -> list[ExecutedLayer]:
+    """Every layer of the runtime graph, in execution order."""
+    out = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+
+        def info(key: str) -> str:
+            return rt[key].astype(str) if key in rt else ""
+
+        out.append(ExecutedLayer(op.get_friendly_name(), info("layerType"), info("runtimePrecision"),
+                                 info("originalLayersNames")))
+    return out
+
+
+def contractions(layers: list[ExecutedLayer]) -> tuple[list[ExecutedLayer], list[ExecutedLayer]]:
+    """(int8, float) conv/matmul layers."""
+    mine = [layer for layer in layers if layer.layer_type in CONTRACTIONS]
+    return [layer for layer in mine if layer.precision in INT8], [layer for layer in mine if layer.precision not in INT8]

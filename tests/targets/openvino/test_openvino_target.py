@@ -1,0 +1,157 @@
+"""The OpenVINO target: what its plan quantizes (no OpenVINO needed), then its check, timer, ``qnnx bench``
+and ``qnnx compare`` on the CPU plugin (marked ``openvino``, skipped without the package)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from float_graphs import Graph, conv_weight, samples
+
+import qnnx
+from qnnx import QuantConfig
+from qnnx.targets import target
+from qnnx.targets.execution import Int8Execution
+
+
+def _model():
+    """x -> conv a -> HardSigmoid-gated (x * Sigmoid(x)) -> conv b -> + x residual -> y."""
+    rng = np.random.default_rng(0)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    a = g.node("Conv", [x, g.const(conv_weight(rng, 4, 4), "wa"), g.const(np.full(4, 0.1, np.float32), "ba")],
+               name="a", pads=[1, 1, 1, 1])
+    s = g.node("Sigmoid", [a], name="sig")
+    m = g.node("Mul", [a, s], name="silu")
+    b = g.node("Conv", [m, g.const(conv_weight(rng, 4, 4), "wb")], name="b", pads=[1, 1, 1, 1])
+    g.node("Add", [b, x], name="residual", out="y")
+    return g.model("y")
+
+
+def _quantized(name: str):
+    return qnnx.quantize(_model(), samples(8, shape=(1, 4, 8, 8)),
+                         config=QuantConfig(progress=False, target=name, weight_rounding="nearest",
+                                            bias_correction="off"))
+
+
+def _quantize_inputs(model) -> dict[str, str]:
+    """Each QuantizeLinear's input -> the op types reading its DequantizeLinear."""
+    out = {}
+    for n in model.graph:
+        if n.op_type == "QuantizeLinear":
+            readers = {u.node.op_type for d in n.outputs[0].uses() for u in d.node.outputs[0].uses()}
+            out[n.inputs[0].name] = ",".join(sorted(readers))
+    return out
+
+
+def test_openvino_quantizes_only_conv_inputs_and_leaves_the_elementwise_ops_float():
+    qm = _quantized("openvino")
+    q = _quantize_inputs(qm.qdq)
+    assert sorted(q.values()) == ["Conv", "Conv"]  # x into conv a, SiLU's output into conv b: nothing else
+    assert not any(n.op_type == "QuantizeLinear" and n.inputs[0].producer() is not None
+                   and n.inputs[0].producer().op_type in ("Conv", "Sigmoid", "Add") for n in qm.qdq.graph)
+    why = {d.node: d for d in qm.report.decisions}
+    assert not why["sig"].quantized and "OpenVINO" in why["sig"].reason
+    assert not why["residual"].quantized
+    assert why["a"].quantized and "float output" in why["a"].reason
+
+
+def test_onnxruntime_quantizes_the_same_model_whole():
+    qm = _quantized("onnxruntime")
+    q = _quantize_inputs(qm.qdq)
+    assert len(q) > 2  # conv outputs, the sigmoid, the residual add are quantized too
+    assert target("onnxruntime").execution("binary") == Int8Execution()
+
+
+def test_the_openvino_canonical_form_keeps_the_unquantized_ops_float_and_is_close_to_float():
+    qm = _quantized("openvino")
+    ops = {n.op_type for n in qm.canonical.graph}
+    assert {"Sigmoid", "Add"} <= ops  # left float, fed by the dequantized int32 accumulators
+    x = samples(4, shape=(1, 4, 8, 8), seed=3)
+    from float_graphs import run_ort
+    from qnnx.passes.lower import lower
+
+    for xi in x:
+        ref = run_ort(qm.float_model, {"x": xi})[0]
+        got = run_ort(lower(qm.canonical), {"x": xi})[0]
+        qdq = run_ort(qm.qdq, {"x": xi})[0]
+        # the canonical model computes the QDQ model's numbers (int32 accumulators, exact dequantize)
+        np.testing.assert_allclose(got, qdq, atol=1e-5 * max(1.0, float(np.abs(qdq).max())))
+        assert float(np.abs(got - ref).max()) < 0.1 * float(np.abs(ref).max())
+
+
+def test_an_execution_with_an_output_and_no_inputs_is_refused():
+    with pytest.raises(ValueError):
+        Int8Execution(inputs=False, output=True)
+
+
+# --------------------------------------------------------------------------- on OpenVINO itself
+
+
+@pytest.mark.openvino
+def test_check_finds_both_convs_executed_in_int8():
+    pytest.importorskip("openvino")
+    qm = _quantized("openvino")
+    record = qm.report.record("openvino")
+    assert record.unchecked == ""
+    assert record.quantized == 2 and record.int8 == 2
+    assert "WARNING" not in qm.report.summary()
+
+
+@pytest.mark.openvino
+def test_timer_and_outputs_on_the_cpu_plugin():
+    pytest.importorskip("openvino")
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    qm = _quantized("openvino")
+    ms = target("openvino").timer([qm.float_model, qm.qdq], {"x": samples(1, shape=(1, 4, 8, 8))[0]}, repeats=3)
+    assert len(ms) == 2 and all(m > 0 for m in ms)
+    x = samples(1, shape=(1, 4, 8, 8), seed=5)[0]
+    from float_graphs import run_ort
+
+    ref = run_ort(qm.float_model, {"x": x})[0]
+    got = run(compile_model(qm.export(), threads=1, precision="f32"), {"x": x})[0]
+    assert got.shape == ref.shape
+    assert float(np.abs(got - ref).max()) < 0.1 * float(np.abs(ref).max())
+
+
+@pytest.mark.openvino
+def test_cli_bench_and_compare_on_openvino(tmp_path):
+    pytest.importorskip("openvino")
+    from typer.testing import CliRunner
+
+    from qnnx.cli import app
+    from qnnx.ir import save_model
+
+    qm = _quantized("openvino")
+    fp, qp = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    save_model(qm.float_model, fp)
+    qm.save(qp)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, x in enumerate(samples(2, shape=(1, 4, 8, 8))):
+        np.save(data / f"{i}.npy", x)
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", str(fp), str(qp), "--runtime", "openvino", "--repeats", "2", "--data", str(data)])
+    assert r.exit_code == 0, r.output
+    assert "vs first" in r.output or "OpenVINO" in r.output
+    r = runner.invoke(app, ["compare", str(fp), str(qp), "--data", str(data), "--runtime", "openvino", "-q",
+                            "--precision", "f32", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert "SQNR" in r.output
+
+
+def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form():
+    """MatMul -> Softmax -> MatMul: for OpenVINO the first MatMul's output is float, so its int32 accumulator
+    reaches the Softmax; the Softmax stays float instead of failing integerization."""
+    rng = np.random.default_rng(1)
+    g = Graph()
+    x = g.input("x", [1, 6, 8])
+    a = g.node("MatMul", [x, g.const(rng.standard_normal((8, 8)).astype(np.float32), "w1")], name="mm1")
+    s = g.node("Softmax", [a], name="softmax", axis=-1)
+    g.node("MatMul", [s, g.const(rng.standard_normal((8, 4)).astype(np.float32), "w2")], name="mm2", out="y")
+    data = [rng.standard_normal((1, 6, 8)).astype(np.float32) for _ in range(4)]
+    qm = qnnx.quantize(g.model("y"), data, config=QuantConfig(progress=False, target="openvino",
+                                                              weight_rounding="nearest", bias_correction="off"))
+    assert "Softmax" in {n.op_type for n in qm.canonical.graph}
+    assert ("softmax", "Softmax", "an operand is int32 (an accumulator); qnnx.softmax takes 8/16-bit operands") \
+        in qm.report.left_in_float
