@@ -259,9 +259,9 @@ def quantize(
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[int, typer.Option(
-            "--weight-bits", min=7, max=8, metavar="7|8", help="8, or 7: weights within [-64, 64], so that ONNX Runtime's u8 x s8 "
-            "kernels, which add pairs of products in 16 bits on x86 without VNNI, compute the model exactly on "
-            "every CPU")] = QuantConfig.weight_bits,
+            "--weight-bits", min=7, max=8, metavar="7|8", help="7: weights within [-64, 64], so that the u8 x s8 kernels of ONNX "
+            "Runtime and OpenVINO, which add pairs of products in 16 bits on x86 without VNNI, compute the model "
+            "exactly on every CPU; 8: full int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM)")] = QuantConfig.weight_bits,
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "

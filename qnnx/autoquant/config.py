@@ -24,7 +24,7 @@ METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration meth
 HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
-WEIGHT_BITS = (8, 7)
+WEIGHT_BITS = (7, 8)
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
@@ -151,8 +151,9 @@ class RefinementOptions:
     ``max_drop``: with a metric given to ``quantize(metric=...)``, the largest drop of the metric on the
     held-out samples against the float model's (absolute, in the metric's units; 0.01 when a metric is
     given without it); the costliest patterns return to float until it is met.
-    ``accuracy_guard``: True (default) refuses a model whose outputs end far from float (the report's
-    bounds, 6 dB / 0.9) and applies the target; False writes it whatever its outputs (the report warns).
+    ``accuracy_guard``: True (default) returns the patterns that add the most error to float while an output
+    is far from float (the report's bounds, 6 dB / 0.9) or misses the target above, and refuses a model
+    whose outputs still end far from float; False writes it whatever its outputs (the report warns).
     """
 
     smoothing_alpha: float | None = 0.5
@@ -194,9 +195,10 @@ class QuantConfig:
     """How to quantize a float model: the intent, then the algorithm sections (module docstring).
 
     ``activation_dtype`` uint8 (asymmetric: the u8 x s8 form x86 VNNI kernels take), int8, or 16-bit;
-    ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``weight_bits``: 8, or
-    7 (every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums of
-    ONNX Runtime's kernels on x86 without VNNI: the model then computes exactly on every CPU); ``exclude_nodes``
+    ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``weight_bits``: 7
+    (default: every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums
+    of the int8 kernels of ONNX Runtime and OpenVINO on x86 without VNNI: the model computes what its
+    graph says on every CPU), or 8 for hardware whose kernels accumulate in 32 bits; ``exclude_nodes``
     (node names or glob patterns) and ``exclude_op_types`` stay float; ``allow_float``: return a model
     in which nothing ended up quantized instead of failing; ``target``: the runtime the written QDQ
     model is shaped for; ``progress``: progress lines on stderr.
@@ -205,7 +207,7 @@ class QuantConfig:
     activation_dtype: str = "uint8"
     activation_symmetric: bool = False
     weight_dtype: str = "int8"
-    weight_bits: int = 8
+    weight_bits: int = 7
     per_channel: bool = True
     exclude_nodes: tuple[str, ...] = ()
     exclude_op_types: tuple[str, ...] = ()

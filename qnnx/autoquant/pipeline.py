@@ -141,9 +141,9 @@ def refuse_far_outputs(state: QuantState) -> None:
         o = far[0]
         kind = "held-out" if o.held_out else "calibration"
         raise QnnxError(f"output {o.name!r} is far from the float model's (SQNR {o.sqnr_db:.1f} dB, cosine {o.cosine:.3f} "
-                        f"on {o.samples} {kind} sample(s)): not written. Set an accuracy target (--min-sqnr DB / "
-                        "--min-cosine C) to keep the costliest layers float, check the calibration samples, or pass "
-                        "--no-accuracy-guard to write it anyway")
+                        f"on {o.samples} {kind} sample(s)), after the accuracy guard: not written. Check the "
+                        "calibration samples, keep the layers `qnnx compare` ranks worst float (--exclude-node), or "
+                        "pass --no-accuracy-guard to write it anyway")
 
 
 class QuantizedModel:

@@ -231,7 +231,6 @@ def test_smoothing_alpha_is_validated(alpha):
         QuantConfig(smoothing_alpha=alpha)
 
 
-@pytest.mark.exact_u8s8  # bit-exact with ORT's fused u8 x s8 matmul
 def test_canonical_linear_layer_keeps_the_bias_in_the_integer_matmul():
     """FQ2I turns DQ -> MatMul -> Add(DQ int32 bias) -> Q into one qnnx.matmul with its bias input
     and a requantize: no float op left, and the same integers as ONNX Runtime's QDQ run within one

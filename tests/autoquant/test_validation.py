@@ -39,7 +39,9 @@ def test_validation_records_every_verdict_and_the_outputs_on_held_out_samples():
     qm = qnnx.quantize(main_model(), samples(24), QuantConfig(progress=False, validation=0.25))
     record = qm.report.record("validation")
     steps = [v.step for v in record.verdicts]
-    assert steps[0] == "ranges (mse)" and {"weight_rounding", "bias_correction"} <= set(steps)
+    assert steps[0] == "ranges (mse)" and "weight_rounding" in steps
+    # a bias correction its own check undid changed nothing, so there is nothing to judge
+    assert "bias_correction" in steps or not qm.report.records["bias_correction"].corrections
     assert qm.report.outputs[0].held_out and qm.report.outputs[0].samples == 6
     assert "held-out" in qm.report.summary()
 

@@ -32,8 +32,8 @@ def _weights(qm) -> np.ndarray:
 
 
 def test_weight_bits_is_checked_and_gives_the_weight_range():
-    assert QuantConfig().weight_range == (-128, 127)
-    assert QuantConfig(weight_bits=7).weight_range == (-64, 64)
+    assert QuantConfig().weight_range == (-64, 64)
+    assert QuantConfig(weight_bits=8).weight_range == (-128, 127)
     with pytest.raises(QnnxError, match="weight_bits"):
         QuantConfig(weight_bits=6)
 
@@ -49,7 +49,8 @@ def test_seven_bit_weights_stay_within_64(rounding):
                                                                  weight_rounding=rounding)))
     assert q.dtype == np.int8 and -64 <= q.min() and q.max() <= 64
     assert np.abs(q).max(axis=(1, 2, 3)).min() >= 63  # every channel uses the 7-bit grid's full width
-    full = _weights(qnnx.quantize(g.model("y"), calib, QuantConfig(progress=False, weight_rounding=rounding)))
+    full = _weights(qnnx.quantize(g.model("y"), calib, QuantConfig(progress=False, weight_bits=8,
+                                                                    weight_rounding=rounding)))
     assert np.abs(full).max() >= 127
 
 

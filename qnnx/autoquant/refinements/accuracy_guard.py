@@ -1,11 +1,12 @@
 """Accuracy guard: the model must meet the user's target against float, or the costliest patterns go back to float.
 
-    targets  every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (one given turns the
-             guard on, the other then defaults to the report's "far from float" bound); and/or the
-             user's metric (``quantize(metric=...)``) on the held-out samples within ``max_drop`` of
-             the float model's
+    targets  every output's SQNR >= ``min_sqnr_db`` and cosine >= ``min_cosine`` (each defaults to the
+             report's "far from float" bound, so without a target the guard rescues only a model that
+             would otherwise be refused); and the user's metric (``quantize(metric=...)``) on the
+             held-out samples within ``max_drop`` of the float model's, when given
 
-Without a target, the runner only refuses a model whose final outputs are far from float (pipeline.py).
+The runner still refuses a model whose final outputs are far from float (pipeline.py): the refinements
+after the guard can move them again.
 
 Measured on the held-out samples when there are (a metric needs them), else on the refinement samples.
 When a target is missed, the matches are ranked by the error each adds (sqnr_fallback.pattern_added_error:
@@ -81,7 +82,6 @@ class _Targets:
 
     def __init__(self, state):
         options = state.config.refinements
-        self.outputs_on = options.min_sqnr_db is not None or options.min_cosine is not None
         self.min_sqnr = FAR_SQNR_DB if options.min_sqnr_db is None else options.min_sqnr_db
         self.min_cosine = FAR_COSINE if options.min_cosine is None else options.min_cosine
         self.metric = state.metric
@@ -99,7 +99,7 @@ class _Targets:
         return outputs, value
 
     def met(self, outputs, value) -> bool:
-        if self.outputs_on and not all(o.sqnr_db >= self.min_sqnr and o.cosine >= self.min_cosine for o in outputs):
+        if not all(o.sqnr_db >= self.min_sqnr and o.cosine >= self.min_cosine for o in outputs):
             return False
         return value is None or value >= self.float_metric - self.max_drop
 
@@ -107,7 +107,7 @@ class _Targets:
         parts = []
         if value is not None:
             parts.append(f"metric {value:.4f} vs float {self.float_metric:.4f}, allowed drop {self.max_drop:g}")
-        if self.outputs_on and outputs:
+        if outputs:
             sq, cos = _worst(outputs)
             parts.append(f"worst output SQNR {sq:.1f} dB, cosine {cos:.3f}; target SQNR >= {self.min_sqnr:g} dB "
                          f"and cosine >= {self.min_cosine:g}")
@@ -121,8 +121,7 @@ class AccuracyGuard(Refinement):
     validated = False  # it is the held-out check itself
 
     def enabled(self, config) -> bool:
-        r = config.refinements
-        return r.accuracy_guard and (r.min_sqnr_db is not None or r.min_cosine is not None or r.max_drop is not None)
+        return config.refinements.accuracy_guard
 
     def apply(self, state):
         targets = _Targets(state)
@@ -151,8 +150,8 @@ class AccuracyGuard(Refinement):
             raise QnnxError(f"the quantized model misses the accuracy target even with every pattern float "
                             f"({targets.missed(outputs, after)}; on {len(targets.samples)} sample(s)): check the "
                             "calibration samples, or lower the target (--min-sqnr / --min-cosine, max_drop)")
-        reasons = {i: f"accuracy guard: adds relative error {added.get(i, 0.0):.2g}, among the {k} costliest "
-                      "patterns, kept float to meet the target" for i in worst}
+        reasons = {i: f"accuracy guard: among the {k} patterns adding the most error, kept float to meet the "
+                      "target" for i in worst}
         record = AccuracyGuardRecord(targets.min_sqnr, targets.min_cosine, len(targets.samples), before,
                                      _worst(outputs) if outputs else before,
                                      tuple(node_label(matches[i].nodes[0]) for i in sorted(worst)),

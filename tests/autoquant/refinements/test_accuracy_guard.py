@@ -28,15 +28,31 @@ def _data(n=12):
     return [rng.uniform(-5, 0, (1, 8)).astype(np.float32) for _ in range(n)]
 
 
-def test_a_far_output_is_refused_by_default_and_rescued_by_a_target():
-    with pytest.raises(QnnxError, match="output '.*' is far from the float model's.*not written.*--min-sqnr"):
+def _two_outputs():
+    """The cancellation above as one output, a benign chain (relu(x + x)) as another."""
+    g = Graph()
+    x = g.input("x", [1, 8])
+    a = g.node("Add", [x, g.const(np.array(100.0, np.float32))], name="a")
+    b = g.node("Add", [g.node("Mul", [x, g.const(np.array(1.01, np.float32))], name="scaled"),
+                       g.const(np.array(100.0, np.float32))], name="b")
+    far = g.node("Relu", [g.node("Sub", [a, b], name="difference")], name="out", out="far")
+    near = g.node("Relu", [g.node("Add", [x, x], name="double")], name="relu", out="near")
+    return g.model(far, near)
+
+
+def test_by_default_a_far_output_is_rescued_or_the_model_refused():
+    # all four patterns of the cancellation must be float: nothing is left quantized, which is refused
+    with pytest.raises(QnnxError, match="nothing was quantized: .*accuracy guard"):
         qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False))
-    qm = qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False, min_sqnr_db=6.0, allow_float=True))
+    # beside a benign output, the guard keeps what it must float and writes the rest quantized
+    qm = qnnx.quantize(_two_outputs(), _data(), QuantConfig(progress=False))
     record = qm.report.record("accuracy_guard")
-    assert record is not None and record.left_float, qm.report.summary()
-    assert record.worst_before[0] < 6 <= record.worst_after[0]
-    assert not qm.report.far_outputs()
+    assert record.left_float and record.worst_before[0] < 6 <= record.worst_after[0], qm.report.summary()
+    assert not qm.report.far_outputs() and qm.report.quantized()
     assert "accuracy guard" in qm.report.summary()
+    # without the guard it is written as it is, far output and all (the report warns)
+    qm = qnnx.quantize(_cancellation(), _data(), QuantConfig(progress=False, accuracy_guard=False))
+    assert qm.report.far_outputs() and "WARNING" in qm.report.summary()
 
 
 def test_a_target_only_the_float_model_meets_is_refused_unless_float_is_allowed():

@@ -37,10 +37,11 @@ def test_correction_removes_the_mean_shift_of_weight_rounding():
     model = _one_conv(rng)
     calib = [(rng.standard_normal((1, 8, 6, 6)) + 3).astype(np.float32) for _ in range(8)]
     evals = [(rng.standard_normal((1, 8, 6, 6)) + 3).astype(np.float32) for _ in range(8)]
-    # nearest rounding: weight_rounding="gptq" folds the mean error of its own rounding into the bias first
-    plain = qnnx.quantize(model, calib, QuantConfig(progress=False, bias_correction=False,
+    # nearest rounding: weight_rounding="gptq" folds the mean error of its own rounding into the bias first;
+    # 8-bit weights: the grid the weights below were chosen against
+    plain = qnnx.quantize(model, calib, QuantConfig(progress=False, bias_correction=False, weight_bits=8,
                                                     weight_rounding="nearest")).qdq
-    corrected = qnnx.quantize(model, calib, QuantConfig(progress=False, bias_correction=True,
+    corrected = qnnx.quantize(model, calib, QuantConfig(progress=False, bias_correction=True, weight_bits=8,
                                                         weight_rounding="nearest")).qdq
     before, after = _mean_error(model, plain, evals), _mean_error(model, corrected, evals)
     assert before > 0.01  # 7 weights x (0.3 - 38/127) x mean 3: about 0.015 per channel
