@@ -11,7 +11,8 @@ after the guard can move them again.
 Measured on the held-out samples when there are (a metric needs them), else on the refinement samples.
 When a target is missed, the matches are ranked by the error each adds (sqnr_fallback.pattern_added_error:
 its output's relative error less its inputs', with everything quantized), and the worst 1, 2, 4, ...
-return to float (the model realized again with the same qparams) until the targets are met. A model that
+return to float (the model realized again with the same qparams) until the targets are met, then the
+fewest that meet them between the last two counts (bisection). A model that
 cannot meet them even with every pattern float is refused: the runner never returns a model that misses
 the user's target without saying so. Runs before weight rounding and bias correction, which start from
 its plan.
@@ -136,16 +137,28 @@ class AccuracyGuard(Refinement):
         matches = state.plan.matches
         added = pattern_added_error(state.float_model, state.qdq, matches, targets.samples)
         order = sorted(range(len(matches)), key=lambda i: (-added.get(i, 0.0), i))
-        k, qdq = 1, state.qdq
+
+        def trial(k: int):
+            kept = [m for i, m in enumerate(matches) if i not in set(order[:k])]
+            qdq = realize_qdq(state.float_model, state.plan.keeping(kept), state.qparams, state.config)
+            return (qdq, *targets.measure(state.float_model, qdq))
+
+        # the worst 1, 2, 4, ... float until the target is met, then the fewest between the last two counts
+        low, k = 0, 1
         while True:
             k = min(k, len(order))
-            worst = set(order[:k])
-            kept = [m for i, m in enumerate(matches) if i not in worst]
-            qdq = realize_qdq(state.float_model, state.plan.keeping(kept), state.qparams, state.config)
-            outputs, after = targets.measure(state.float_model, qdq)
+            qdq, outputs, after = trial(k)
             if targets.met(outputs, after) or k == len(order):
                 break
-            k *= 2
+            low, k = k, k * 2
+        while targets.met(outputs, after) and k - low > 1:
+            mid = (low + k) // 2
+            tried = trial(mid)
+            if targets.met(*tried[1:]):
+                k, (qdq, outputs, after) = mid, tried
+            else:
+                low = mid
+        worst = set(order[:k])
         if not targets.met(outputs, after):
             raise QnnxError(f"the quantized model misses the accuracy target even with every pattern float "
                             f"({targets.missed(outputs, after)}; on {len(targets.samples)} sample(s)): check the "
