@@ -15,6 +15,7 @@ import json
 import lzma
 import pickle
 import tarfile
+import time
 import wave
 import zipfile
 
@@ -191,10 +192,15 @@ def _picture(rng) -> Image.Image:
     return im
 
 
+FIXED_TIME = time.gmtime(1577836800)  # 2020-01-01, as the archives
+
+
 def _image(fmt: str):
     def make(rng):
         buf = io.BytesIO()
-        _picture(rng).save(buf, format=fmt)
+        # a PDF's info dictionary holds its creation and modification times: fixed, as the archives' are
+        when = {"creationDate": FIXED_TIME, "modDate": FIXED_TIME} if fmt == "PDF" else {}
+        _picture(rng).save(buf, format=fmt, **when)
         return buf.getvalue()
     return make
 
