@@ -27,6 +27,15 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
                   and rounded once by the mode (twice for ``tflite``).
 ``"float"``       ``float32(x) * float32(m)`` in float32, then rounded by the
                   mode (the arithmetic of ORT's QLinear kernels).
+``"fixed_point_q15"`` requantize and concat only: the Q31 multiplier reduced to Q15
+                  (``(M + 2**15) >> 16``, 0x7FFF at most), ``x * M15`` exact in int64 and
+                  rounded once by the mode: with ``upward`` this is TFLite's
+                  ``MultiplyByQuantizedMultiplier`` for int64 accumulators (its 16x8 conv,
+                  depthwise conv and fully connected kernels with an int64 bias).
+``"tflite"``      avg_pool and global_avg_pool only: TFLite's AVERAGE_POOL_2D (the raw window
+                  sum, zero point included, divided by the count in integers, ties away from
+                  zero: :func:`tflite_average`) and MEAN (the count divided into the Q31
+                  multiplier: :func:`tflite_mean_multiplier`).
 ``"mlas"``        add, mul, softmax and avg_pool only: ONNX Runtime's QLinearAdd /
                   QLinearMul / QLinearSoftmax / QLinearAveragePool float32 recipes on x86-64, step by step
                   (:mod:`qnnx.numerics_mlas`), so an ORT-quantized model converts to a
@@ -54,10 +63,12 @@ Rounding = Literal["tflite", "upward", "tonearest", "half_even"]
 Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
-REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq")
+REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15")
 BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
 SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas")
-AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")
+AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas", "tflite")
+GLOBAL_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "tflite")
+SCALE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "fixed_point_q15")  # what scale_and_round takes
 
 MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
@@ -279,13 +290,45 @@ def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str, a
     a signed ``acc_bits``-bit accumulator first (32 everywhere but mul).
     """
     check_rounding(rounding)
-    check_compute(compute)
+    check_compute(compute, SCALE_COMPUTE_MODES)
     x = saturate_acc(np.asarray(x, dtype=np.int64), acc_bits)
     if compute == "float":
         v = x.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
         return _float_to_int64(round_float(v, rounding))
     m, shift = quantize_multiplier(multiplier)
+    if compute == "fixed_point_q15":
+        m15, shift = q15_multiplier(m, shift)
+        return rounding_right_shift(x * m15, 15 - shift, rounding)
     return multiply_by_quantized_multiplier(x, m, shift, rounding, acc_bits)
+
+
+def q15_multiplier(m, shift) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's Q31 -> Q15 reduction of a multiplier for int64 accumulators: ``(M + 2**15) >> 16``,
+    0x7FFF from ``M >= 0x7FFF0000`` on (so the rounding never carries into bit 15). The shift must
+    stay at most 14 (TFLite asserts below 8) so that at least one bit is rounded away."""
+    m, shift = np.asarray(m, np.int64), np.asarray(shift, np.int64)
+    if (shift > 14).any():
+        raise QnnxError(f"fixed_point_q15 needs a multiplier below 2**14, got shift {int(shift.max())}")
+    return np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF), shift
+
+
+def tflite_average(sums: np.ndarray, count) -> np.ndarray:
+    """TFLite's integer average of a window: ``sums / count`` in C integer division after adding
+    ``count // 2`` away from zero (ties away from zero). ``sums`` are raw sums, zero point included."""
+    s = np.asarray(sums, np.int64)
+    n = np.asarray(count, np.int64)
+    half = n // 2
+    return np.where(s > 0, (s + half) // n, -((-s + half) // n))
+
+
+def tflite_mean_multiplier(real, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's MEAN: the Q31 multiplier and shift of ``real`` (``x_scale / y_scale``) with the
+    element count divided into the multiplier: ``s = min(floor(log2 count), 32, 31 + shift)``,
+    ``M' = (M << s) // count``, ``shift' = shift - s`` (C integer division; ``M'`` is not
+    renormalized, so it is applied as is by ``multiply_by_quantized_multiplier``)."""
+    m, shift = quantize_multiplier(real)
+    s = np.minimum(np.minimum(int(count).bit_length() - 1, 32), 31 + shift)
+    return (m << s) // int(count), shift - s
 
 
 def _float_to_int64(r: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnx.errors import QnnxError
-from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
+from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, GLOBAL_POOL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
                             SOFTMAX_COMPUTE_MODES)
 
 DOMAIN = "qnnx"
@@ -125,8 +125,16 @@ def compute_attr() -> Attribute:
 
 
 def avg_pool_compute_attr() -> Attribute:
-    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `mlas`: ONNX "
-                     "Runtime's QLinearAveragePool float32 recipe (8-bit, per-tensor)", AVG_POOL_COMPUTE_MODES)
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, `mlas`: ONNX "
+                     "Runtime's QLinearAveragePool float32 recipe (8-bit, per-tensor), or `tflite`: TFLite's "
+                     "AVERAGE_POOL_2D (raw window sum divided by the count in integers, ties away from zero; "
+                     "equal per-tensor input and output qparams)", AVG_POOL_COMPUTE_MODES)
+
+
+def global_pool_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `tflite`: TFLite's "
+                     "MEAN (the count divided into the Q31 multiplier of x_scale/y_scale, numerics."
+                     "tflite_mean_multiplier; per-tensor)", GLOBAL_POOL_COMPUTE_MODES)
 
 
 def binary_compute_attr() -> Attribute:
@@ -140,8 +148,10 @@ def softmax_compute_attr() -> Attribute:
 
 
 def requantize_compute_attr() -> Attribute:
-    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `qdq`: float32 "
-                     "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair)",
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, `qdq`: float32 "
+                     "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair), or "
+                     "`fixed_point_q15`: the Q31 multiplier reduced to Q15 (TFLite's int64-accumulator "
+                     "MultiplyByQuantizedMultiplier with rounding `upward`)",
                      REQUANTIZE_COMPUTE_MODES)
 
 

@@ -809,6 +809,14 @@ def _pool_rescale(b, node, sums, count, rounding, compute):
     numerics.check_scale(sy, "y_scale")
     numerics.check_zero_point(zy, t, "y_zero_point")
     sx, sy, zy = (_along(p, rank, 1, n) for p, n in ((sx, "x_scale"), (sy, "y_scale"), (zy, "y_zero_point")))
+    if compute == "tflite":  # TFLite's MEAN: the count divided into the Q31 multiplier (global pooling only)
+        if isinstance(count, ir.Value):
+            raise QnnxError("global_avg_pool with compute='tflite' needs static spatial dims to lower")
+        if sx.size != 1 or sy.size != 1 or zy.size != 1:
+            raise QnnxError("global_avg_pool with compute='tflite' takes per-tensor qparams")
+        m, shift = numerics.tflite_mean_multiplier(numerics.requantize_multiplier(sx, sy).reshape(()), int(count))
+        r = la.multiply_by_quantized_multiplier(b, sums, m, shift)
+        return _add_zero_point_and_cast(b, r, zy.astype(np.int64), t)
     if isinstance(count, ir.Value):  # dynamic spatial dims: the same float64 steps at run time
         f64 = ir.DataType.DOUBLE
         mult = b.op("Div", [b.const(sx.astype(np.float64), "x_scale_f64"),
@@ -872,8 +880,17 @@ def _avg_pool(node, a, b):
         valid = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
         sums = b.op("Sub", [raw, b.const((zx.reshape(1, -1, *([1] * len(win.kernel))) * valid).astype(np.int32),
                                          "zp_window_sum")])
-    return [_pool_rescale(b, node, la.to_i64(b, sums), win.divisors(shape[2:], a["count_include_pad"]),
-                          a["rounding"], a["compute"])]
+    count = win.divisors(shape[2:], a["count_include_pad"])
+    if a["compute"] == "tflite":  # the raw sum (zero point back in) divided by the count in integers
+        if not all(isinstance(d, int) for d in shape[2:]):
+            raise QnnxError("avg_pool with compute='tflite' needs static spatial dims to lower")
+        zy = np.asarray(_const(node, 4, "y_zero_point")).astype(np.int64).reshape(-1)
+        if zx.size != 1 or zy.size != 1 or zx[0] != zy[0]:
+            raise QnnxError("avg_pool with compute='tflite' needs equal per-tensor zero points")
+        count = np.broadcast_to(np.asarray(count).astype(np.int64), (1, 1, *win.out))
+        raw = b.op("Add", [la.to_i64(b, sums), la.i64(b, count * zx[0], "zp_times_count")], hint="raw_sum")
+        return [la.saturate_cast(b, la.tflite_average(b, raw, count), t)]
+    return [_pool_rescale(b, node, la.to_i64(b, sums), count, a["rounding"], a["compute"])]
 
 
 def _avg_pool_mlas(node, a, b, t, win, shape, zx) -> ir.Value:

@@ -159,7 +159,7 @@ def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray | ir.Value, 
     The multiplier is a constant, or — float compute only — a float64 value computed at run
     time (the float64 -> float32 rounding numerics applies happens here in the graph too)."""
     numerics.check_rounding(rounding)
-    numerics.check_compute(compute)
+    numerics.check_compute(compute, numerics.SCALE_COMPUTE_MODES)
     x = saturate_acc(b, x, acc_bits)
     if compute == "float":
         m = (b.op("Cast", [multiplier], to=F32, hint="multiplier_f32") if isinstance(multiplier, ir.Value)
@@ -170,10 +170,31 @@ def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray | ir.Value, 
         raise QnnxError("fixed_point needs a constant multiplier (static shapes): use compute='float' "
                         "or give the model static dims")
     m, shift = numerics.quantize_multiplier(multiplier)
+    if compute == "fixed_point_q15":
+        m15, shift = numerics.q15_multiplier(m, shift)
+        return rounding_right_shift(b, b.op("Mul", [x, i64(b, m15, "q15_multiplier")], hint="product"), 15 - shift,
+                                    rounding)
     if rounding == "tflite":
-        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
-        if left.any():
-            x = saturate_acc(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]), acc_bits)
-        return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
+        return multiply_by_quantized_multiplier(b, x, m, shift, acc_bits)
     return rounding_right_shift(b, b.op("Mul", [x, i64(b, m, "q31_multiplier")], hint="product"), 31 - shift,
                                 rounding)
+
+
+def multiply_by_quantized_multiplier(b: Builder, x: ir.Value, m: np.ndarray, shift: np.ndarray,
+                                     acc_bits: int = 32) -> ir.Value:
+    """numerics.multiply_by_quantized_multiplier with rounding "tflite" for a constant multiplier
+    ``m`` (any positive int32, normalized or not) and shift."""
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    if left.any():
+        x = saturate_acc(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]), acc_bits)
+    return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
+
+
+def tflite_average(b: Builder, sums: ir.Value, count: np.ndarray) -> ir.Value:
+    """numerics.tflite_average: int64 ``sums`` over positive constant ``count``, C division after
+    adding ``count // 2`` away from zero (ONNX's integer Div truncates toward zero, as C's does)."""
+    n = i64(b, count, "count")
+    half = i64(b, np.asarray(count, np.int64) // 2, "half_count")
+    up = b.op("Div", [b.op("Add", [sums, half]), n], hint="avg_pos")
+    down = b.op("Div", [b.op("Sub", [sums, half]), n], hint="avg_neg")
+    return b.op("Where", [b.op("Greater", [sums, i64(b, 0, "zero")]), up, down], hint="tflite_average")
