@@ -32,6 +32,9 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
                   rounded once by the mode: with ``upward`` this is TFLite's
                   ``MultiplyByQuantizedMultiplier`` for int64 accumulators (its 16x8 conv,
                   depthwise conv and fully connected kernels with an int64 bias).
+``"double"``      requantize and concat only: ``float64(x) * m`` with the float64 multiplier, then
+                  rounded by the mode: TFLite's per-channel FULLY_CONNECTED reference kernel
+                  (``round(double(acc) * effective_output_scale)``, ``tflite`` rounding).
 ``"tflite"``      avg_pool and global_avg_pool only: TFLite's AVERAGE_POOL_2D (the raw window
                   sum, zero point included, divided by the count in integers, ties away from
                   zero: :func:`tflite_average`) and MEAN (the count divided into the Q31
@@ -63,12 +66,12 @@ Rounding = Literal["tflite", "upward", "tonearest", "half_even"]
 Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
-REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15")
+REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15", "double")
 BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
 SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas")
 AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas", "tflite")
 GLOBAL_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "tflite")
-SCALE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "fixed_point_q15")  # what scale_and_round takes
+SCALE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "fixed_point_q15", "double")  # what scale_and_round takes
 
 MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
@@ -295,6 +298,8 @@ def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str, a
     if compute == "float":
         v = x.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
         return _float_to_int64(round_float(v, rounding))
+    if compute == "double":
+        return _float_to_int64(round_float(x.astype(np.float64) * np.asarray(multiplier, np.float64), rounding))
     m, shift = quantize_multiplier(multiplier)
     if compute == "fixed_point_q15":
         m15, shift = q15_multiplier(m, shift)
@@ -397,8 +402,15 @@ def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point
         real = (as_int64(x) - zi).astype(np.float32) * si.astype(np.float32)
         r = _float_to_int64(round_float(real / so.astype(np.float32), check_rounding(rounding)))
     else:
-        r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute)
+        r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute,
+                            acc_bits=requantize_acc_bits(compute))
     return saturate(r + zo, dtype)
+
+
+def requantize_acc_bits(compute: str) -> int:
+    """Width ``x - input_zero_point`` saturates to: 32, or 48 for ``fixed_point_q15`` (TFLite's int64
+    accumulators, whose MultiplyByQuantizedMultiplier assumes ``|x| < 2**47``)."""
+    return 48 if compute == "fixed_point_q15" else 32
 
 
 def simulated_quantize(x, scale, zero_point=0, *, axis: int = -1, out_dtype: str = "int8",

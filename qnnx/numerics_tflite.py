@@ -153,13 +153,16 @@ def logistic_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> 
 
 def requantize_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point, lo: int, hi: int) -> np.ndarray:
     """``clamp(MultiplyByQuantizedMultiplier(x - zx, QuantizeMultiplier(sx / sy)) + zy, lo, hi)``
-    for every input: TFLite's quantized RELU / RELU6 / RELU_N1_TO_1 (``lo``/``hi`` from
+    for every input, ``sx / sy`` divided in float32 as TFLite's prepare writes it: TFLite's quantized RELU / RELU6 / RELU_N1_TO_1 (``lo``/``hi`` from
     :func:`activation_range`)."""
     t = int_type(dtype)
-    y = numerics.scale_and_round(_inputs(dtype) - int(x_zero_point),
-                                 numerics.requantize_multiplier(x_scale, y_scale), rounding="tflite",
-                                 compute="fixed_point")
+    y = _mbqm(_inputs(dtype) - int(x_zero_point), float_ratio(x_scale, y_scale))
     return np.clip(y + int(y_zero_point), lo, hi).astype(t.numpy)
+
+
+def float_ratio(a, b) -> float:
+    """``a / b`` of two float32 scales in float32 (C++ ``float / float``), widened to double after."""
+    return float(np.float32(a) / np.float32(b))
 
 
 def _mbqm(x: np.ndarray, real) -> np.ndarray:
@@ -168,28 +171,28 @@ def _mbqm(x: np.ndarray, real) -> np.ndarray:
 
 
 def leaky_relu_table(dtype: str, alpha: float, x_scale, x_zero_point, y_scale, y_zero_point) -> np.ndarray:
-    """TFLite's QuantizeLeakyRelu: identity multiplier ``sx / sy`` (double) for ``x >= zx``, alpha
-    multiplier ``sx * alpha / sy`` in float32 arithmetic (as TFLite's prepare writes it) below,
+    """TFLite's QuantizeLeakyRelu: identity multiplier ``sx / sy`` for ``x >= zx``, alpha multiplier
+    ``sx * alpha / sy`` below, both in float32 arithmetic (as TFLite's prepare writes them),
     its sign applied after the rounding; clamped to the dtype."""
     t = int_type(dtype)
     c = _inputs(dtype) - int(x_zero_point)
     f32 = np.float32
     alpha_m = float(f32(f32(x_scale) * f32(alpha)) / f32(y_scale))
     neg = _mbqm(c, abs(alpha_m)) * (-1 if alpha_m < 0 else 1)
-    pos = _mbqm(c, numerics.requantize_multiplier(x_scale, y_scale))
+    pos = _mbqm(c, float_ratio(x_scale, y_scale))
     return np.clip(np.where(c >= 0, pos, neg) + int(y_zero_point), t.qmin, t.qmax).astype(t.numpy)
 
 
 def prelu_table(dtype: str, alpha_q: np.ndarray, alpha_scale, alpha_zero_point, x_scale, x_zero_point, y_scale,
                 y_zero_point) -> np.ndarray:
     """TFLite's quantized PRELU with one constant alpha per channel: one table row per alpha value.
-    ``x >= zx``: MBQM(x - zx, sx / sy); else MBQM((x - zx) * (alpha - za), sx * sa / sy), the
-    second multiplier in float32 arithmetic as TFLite's prepare writes it; clamped to the dtype."""
+    ``x >= zx``: MBQM(x - zx, sx / sy); else MBQM((x - zx) * (alpha - za), sx * sa / sy), both
+    multipliers in float32 arithmetic as TFLite's prepare writes them; clamped to the dtype."""
     t = int_type(dtype)
     c = _inputs(dtype) - int(x_zero_point)
     f32 = np.float32
     m2 = float(f32(f32(x_scale) * f32(alpha_scale)) / f32(y_scale))
     a = (np.asarray(alpha_q, np.int64).reshape(-1, 1) - int(alpha_zero_point))
-    pos = np.broadcast_to(_mbqm(c, numerics.requantize_multiplier(x_scale, y_scale)), (a.shape[0], c.size))
+    pos = np.broadcast_to(_mbqm(c, float_ratio(x_scale, y_scale)), (a.shape[0], c.size))
     neg = _mbqm(c[None, :] * a, m2)
     return np.clip(np.where(c[None, :] >= 0, pos, neg) + int(y_zero_point), t.qmin, t.qmax).astype(t.numpy)

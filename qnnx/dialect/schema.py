@@ -151,7 +151,8 @@ def requantize_compute_attr() -> Attribute:
     return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, `qdq`: float32 "
                      "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair), or "
                      "`fixed_point_q15`: the Q31 multiplier reduced to Q15 (TFLite's int64-accumulator "
-                     "MultiplyByQuantizedMultiplier with rounding `upward`)",
+                     "MultiplyByQuantizedMultiplier with rounding `upward`), or `double`: float64 product with the "
+                     "float64 multiplier (TFLite's per-channel fully connected)",
                      REQUANTIZE_COMPUTE_MODES)
 
 

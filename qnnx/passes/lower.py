@@ -121,7 +121,7 @@ def _requantize_value(b: Builder, x: ir.Value, in_dtype, si, zi, so, zo, out_dty
         r = la.float_to_i64(b, la.round_float(b, q, rounding))
     else:
         r = la.scale_and_round(b, centered, numerics.requantize_multiplier(si, so), rounding=rounding,
-                               compute=compute)
+                               compute=compute, acc_bits=numerics.requantize_acc_bits(compute))
     return _add_zero_point_and_cast(b, r, zo.astype(np.int64), out_dtype)
 
 

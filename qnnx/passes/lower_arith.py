@@ -166,6 +166,13 @@ def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray | ir.Value, 
              else f32(b, np.asarray(multiplier).astype(np.float32), "multiplier"))
         v = b.op("Mul", [to_f32(b, x), m], hint="scaled")
         return float_to_i64(b, round_float(b, v, rounding))
+    if compute == "double":
+        if isinstance(multiplier, ir.Value):
+            raise QnnxError("compute='double' needs a constant multiplier")
+        f64 = ir.DataType.DOUBLE
+        v = b.op("Mul", [b.op("Cast", [x], to=f64, hint="acc_f64"),
+                         b.const(np.asarray(multiplier, np.float64), "multiplier_f64")], hint="scaled_f64")
+        return float_to_i64(b, round_float(b, v, rounding, f64), f64)
     if isinstance(multiplier, ir.Value):
         raise QnnxError("fixed_point needs a constant multiplier (static shapes): use compute='float' "
                         "or give the model static dims")
