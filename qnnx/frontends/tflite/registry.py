@@ -153,8 +153,14 @@ def clip(ctx: Context, v: ir.Value, lo: int, hi: int, dtype: str) -> ir.Value:
     t = int_type(dtype)
     if lo <= t.qmin and hi >= t.qmax:
         return v
-    y = ctx.b.op("Clip", [v, ctx.b.const(np.array(lo, t.numpy), "act_min"), ctx.b.const(np.array(hi, t.numpy), "act_max")],
-                 hint="activation")
+    if t.bits == 8:
+        y = ctx.b.op("Clip", [v, ctx.b.const(np.array(lo, t.numpy), "act_min"), ctx.b.const(np.array(hi, t.numpy), "act_max")],
+                     hint="activation")
+    else:  # ONNX Runtime's Clip has no 16-bit kernel: clamp in int32
+        wide = ctx.b.op("Cast", [v], to=ir.DataType.INT32, hint="act_int32")
+        wide = ctx.b.op("Clip", [wide, ctx.b.const(np.int32(lo), "act_min"), ctx.b.const(np.int32(hi), "act_max")],
+                        hint="activation")
+        y = ctx.b.op("Cast", [wide], to=t.onnx, hint="act_narrow")
     y.type = ir.TensorType(t.onnx)
     return y
 
