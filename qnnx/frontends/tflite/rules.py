@@ -102,6 +102,9 @@ def _bias(ctx: Context, bias_i: int, x_i: int, w: np.ndarray) -> tuple[ir.Value 
     t_bias = ctx.tensor(bias_i)
     bias = ctx.const(bias_i, "bias").astype(np.int64).reshape(-1)
     if t_bias.dtype == "INT32":
+        if _act_type(ctx, x_i) == "int16":
+            raise Unsupported("int16 activations with an int32 bias: TFLite picks that kernel by the op's "
+                              "quantized_bias_type, not the tensor; only int64 biases are supported")
         return ctx.b.const(bias.astype(np.int32), "bias"), None
     if t_bias.dtype != "INT64":
         raise Unsupported(f"bias {t_bias.where} is {t_bias.dtype}, not INT32/INT64")
@@ -193,10 +196,9 @@ def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
     acc.type = ir.TensorType(ir.DataType.INT32)
     acc.shape = ir.Shape([int(np.prod(ctx.tensor(x_i).shape)) // depth, units])
     a.type, a.shape = ctx.value(x_i).type, acc.shape.__class__([acc.shape[0], depth])
-    # TFLite's per-channel reference kernel multiplies in double; per-tensor ones by the Q31 multiplier.
-    compute = "double" if w_scale.size > 1 else None
+    # TFLite's reference FULLY_CONNECTED kernels multiply the accumulator by the double multiplier.
     y = _accumulator_requantize(ctx, op, acc, x_i, w_scale, bias_i, out, axis=-1, acc_zero_point=acc_zp,
-                                compute=compute)
+                                compute="double")
     return [ctx.b.op("Reshape", [y, ctx.b.const(np.array(ctx.tensor(out).shape, np.int64), "shape")], hint="fc_out")]
 
 
@@ -423,9 +425,10 @@ def concatenation(op, ctx):
     out = op.outputs[0]
     for i in op.inputs:
         _same_qparams(ctx, i, out)
-    axis, = options(op, "axis")
-    y = ctx.b.op("Concat", [ctx.value(i) for i in op.inputs], axis=int(axis), hint="concat")
-    return [ctx.activation(op, y, out)]
+    axis, act = options(op, "axis", "fusedActivationFunction")
+    if act:
+        raise Unsupported("TFLite's integer CONCATENATION takes no fused activation")
+    return [ctx.b.op("Concat", [ctx.value(i) for i in op.inputs], axis=int(axis), hint="concat")]
 
 
 @tflite_rule("PAD", "PADV2")
