@@ -73,6 +73,11 @@ def convert(source, *, strict: bool = False) -> tuple[ir.Model, Report]:
             raise QnnxError(f"{op.where}: the rule made {len(outputs)} outputs for {len(op.outputs)}")
         for i, v in zip(op.outputs, outputs):
             ctx.values[i] = v
+            t = model.tensors[i]
+            if v.shape is None and v.const_value is None:  # later rules read their inputs' shapes
+                v.shape = ir.Shape(list(t.shape))
+            if v.dtype is None and t.dtype in _ONNX_TYPES:
+                v.type = ir.TensorType(_ONNX_TYPES[t.dtype])
             _name_after(v, model.tensors[i].name, graph.meta["qnnx.names"], renamed)
     graph.extend(b.nodes)
     _propagate_types(graph, model, ctx)

@@ -124,8 +124,9 @@ def _tensor(i: int, t, m, data: bytes, enums) -> Tensor:
     name = t.name.decode() if isinstance(t.name, bytes) else (t.name or f"tensor_{i}")
     dtype = enums["type"].get(t.type, str(t.type))
     shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
-    if t.shapeSignature is not None and any(int(d) < 0 for d in t.shapeSignature):
-        raise QnnxError(f"tensor {i} {name!r} has a dynamic shape {list(t.shapeSignature)}; static shapes only")
+    if any(d < 0 for d in shape):
+        raise QnnxError(f"tensor {i} {name!r} has a dynamic shape {list(shape)}; static shapes only")
+    # a shape_signature with -1 (a resizable batch) is read at the shape the interpreter allocates
     q = t.quantization
     qparams = None
     if q is not None and q.scale is not None and len(q.scale):

@@ -162,6 +162,7 @@ def clip(ctx: Context, v: ir.Value, lo: int, hi: int, dtype: str) -> ir.Value:
                         hint="activation")
         y = ctx.b.op("Cast", [wide], to=t.onnx, hint="act_narrow")
     y.type = ir.TensorType(t.onnx)
+    y.shape = v.shape
     return y
 
 

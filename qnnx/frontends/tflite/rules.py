@@ -87,6 +87,7 @@ def _accumulator_requantize(ctx: Context, op: Operator, acc: ir.Value, x_i: int,
                                             else acc_zero_point, "acc_zero_point"), ctx.scale(qy, "y_scale"),
                                 ctx.zero_point(qy, "y_zero_point")],
                  out_dtype=y_type, axis=axis, rounding=rounding, compute=compute)
+    y.shape = acc.shape
     return ctx.activation(op, y, out)
 
 
@@ -233,6 +234,11 @@ def mul(op, ctx):
     return _binary(op, ctx, "mul")
 
 
+def _nchw_shape(ctx: Context, i: int) -> ir.Shape:
+    n, h, w, c = ctx.tensor(i).shape
+    return ir.Shape([n, c, h, w])
+
+
 def _pool_window(op: Operator, ctx: Context):
     x_i, out = op.inputs[0], op.outputs[0]
     sw, sh, fw, fh = options(op, "strideW", "strideH", "filterWidth", "filterHeight")
@@ -248,6 +254,7 @@ def average_pool_2d(op, ctx):
     y = ctx.qnnx("avg_pool", [ctx.nchw(ctx.value(x_i)), *ctx.qparam_values(x_i, "x_"), *ctx.qparam_values(out, "y_")],
                  count_include_pad=0, rounding="tflite", compute="tflite", **win)
     _typed(y, dtype)
+    y.shape = _nchw_shape(ctx, out)
     return [ctx.nhwc(ctx.activation(op, y, out))]
 
 
@@ -263,6 +270,7 @@ def max_pool_2d(op, ctx):
     if dtype == "int16":
         y = ctx.b.op("Cast", [y], to=ir.DataType.INT16)
     _typed(y, dtype)
+    y.shape = _nchw_shape(ctx, out)
     return [ctx.nhwc(ctx.activation(op, y, out))]
 
 
