@@ -68,7 +68,7 @@ ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
 REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15", "double")
 BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
-SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas")
+SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas", "tflite")
 AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas", "tflite")
 GLOBAL_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "tflite")
 SCALE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "fixed_point_q15", "double")  # what scale_and_round takes
@@ -581,8 +581,9 @@ def softmax_exp_table(x_scale, bits: int) -> np.ndarray:
 
 def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, out_dtype: str = "uint8",
             rounding: str = "half_even", compute: str = "exact") -> np.ndarray:
-    """Quantized softmax, exact and reproducible on any runtime (``compute="exact"``), or ONNX
-    Runtime's QLinearSoftmax recipe (``compute="mlas"``, :func:`qnnx.numerics_mlas.softmax`).
+    """Quantized softmax, exact and reproducible on any runtime (``compute="exact"``), ONNX
+    Runtime's QLinearSoftmax recipe (``compute="mlas"``, :func:`qnnx.numerics_mlas.softmax`), or
+    TFLite's int8 reference kernel (``compute="tflite"``, :func:`tflite_softmax`).
 
     ``d = max(x) - x`` along ``axis`` (the zero point cancels); ``e = T[d]`` with
     the integer table :func:`softmax_exp_table`; ``S = sum(e)`` exactly in int64;
@@ -601,7 +602,10 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     if sy.size != 1 or zy.size != 1:
         raise QnnxError("softmax needs per-tensor output qparams")
     ax = normalize_axis(axis, x.ndim)
-    if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "mlas":
+    if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "tflite":
+        check_tflite_softmax(t, s, x_zero_point, dtype, sy, zy, ax, x.ndim, rounding)
+        return tflite_softmax(x, float(s.reshape(())), dtype)
+    if compute == "mlas":
         per_tensor_8bit("x", t, s, x_zero_point)
         per_tensor_8bit("y", dtype, sy, zy)
         check_mlas_rounding(rounding)
@@ -740,3 +744,123 @@ def layer_norm(x, x_scale, x_zero_point, y_scale, y_zero_point, gamma=None, beta
             raise QnnxError(f"{name} of shape {p.shape} does not broadcast to the normalized shape {norm_shape}")
         z = combine(z, p.astype(np.float64))
     return _requantize_real(z, y_scale, y_zero_point, out_dtype, rounding)
+
+
+# --------------------------------------------------------------------------- TFLite's int8 softmax
+# gemmlowp fixed point as TFLite's reference Softmax uses it: values are int32 held in int64; a
+# FixedPoint<k> raw r means r * 2**(k - 31). Products are SaturatingRoundingDoublingHighMul.
+
+TFLITE_SOFTMAX_DIFF_BITS = 5  # the input difference in Q5.26
+TFLITE_SOFTMAX_ACC_BITS = 12  # the sum of exps in Q12.19
+# exp(-2**k) in Q0.31 for k = -2..4: the barrel shifter of exp_on_negative_values (gemmlowp's constants
+# are these values rounded to nearest)
+_EXP_BARREL = tuple((k, int(np.rint(np.exp(-2.0 ** k) * 2.0 ** 31))) for k in range(-2, 5))
+
+
+def saturating_shift_left(x: np.ndarray, e: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<e> for e > 0 (Rescale to fewer integer bits)."""
+    threshold = (1 << (31 - e)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, np.asarray(x, np.int64) << e))
+
+
+def _exp_quarter(a: np.ndarray) -> np.ndarray:
+    """gemmlowp exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.31 in and out): the
+    Taylor series around -1/8 to the fourth power."""
+    x = a + (1 << 28)
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    third = np.int64(715827883)  # 1/3 in Q0.31
+    poly = _rounding_divide_by_pot(_srdhm(_rounding_divide_by_pot(x4, np.int64(2)) + x3, third) + x2, np.int64(1))
+    c = np.int64(np.rint(np.exp(-1 / 8) * 2.0 ** 31))  # exp(-1/8) in Q0.31
+    return c + _srdhm(c, x + poly)
+
+
+def exp_on_negative_values(a: np.ndarray, integer_bits: int = TFLITE_SOFTMAX_DIFF_BITS) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: ``a`` (<= 0) in Q``integer_bits``, result in Q0.31."""
+    frac = 31 - integer_bits
+    quarter = np.int64(1) << (frac - 2)
+    a_mod = (a & (quarter - 1)) - quarter
+    result = _exp_quarter(saturating_shift_left(a_mod, integer_bits))
+    remainder = a_mod - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = np.int64(1) << (frac + exponent)
+            result = np.where(remainder & bit, _srdhm(result, np.int64(multiplier)), result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x(a: np.ndarray) -> np.ndarray:
+    """gemmlowp one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out): three Newton-Raphson steps on
+    the half denominator from 48/17 - 32/17 x, in Q2.29."""
+    s = a + INT32_MAX
+    half = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))  # RoundingHalfSum: (sum + sign) / 2 in C
+    x = np.int64(1515870810) + _srdhm(half, np.int64(-1010580540))  # 48/17 and -32/17 in Q2.29
+    for _ in range(3):
+        x = x + saturating_shift_left(_srdhm(x, (1 << 29) - _srdhm(half, x)), 2)
+    return saturating_shift_left(x, 1)
+
+
+def tflite_reciprocal(total: np.ndarray, integer_bits: int = TFLITE_SOFTMAX_ACC_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's GetReciprocal of a positive Q``integer_bits`` value: ``(1 / (1 + frac)`` in Q0.31,
+    ``num_bits_over_unit``) with the value normalised by its leading zeros."""
+    total = np.asarray(total, np.int64)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(total).astype(np.int64)
+    shifted = (total << clz) - (np.int64(1) << 31)
+    return one_over_one_plus_x(shifted), integer_bits - clz
+
+
+def tflite_softmax_params(x_scale: float, beta: float = 1.0) -> tuple[int, int, int]:
+    """TFLite's PreprocessSoftmaxScaling (Q5.26 differences) and CalculateInputRadius:
+    ``(input_multiplier, input_left_shift, diff_min)``."""
+    real = min(float(np.float32(beta)) * float(np.float32(x_scale)) * float(1 << (31 - TFLITE_SOFTMAX_DIFF_BITS)),
+               float((1 << 31) - 1))
+    m, shift = quantize_multiplier(real)
+    radius = np.floor(31.0 * float(1 << (31 - TFLITE_SOFTMAX_DIFF_BITS)) / float(1 << int(shift)))
+    return int(m), int(shift), -int(radius)
+
+
+def tflite_softmax_exp_table(x_scale: float, bits: int = 8) -> np.ndarray:
+    """exp of every input difference ``d = x - max(x)`` (index ``d + 2**bits - 1``) in Q0.31, as
+    TFLite's kernel computes it; 0 where ``d < diff_min`` (TFLite skips those: their output is the
+    minimum)."""
+    m, shift, diff_min = tflite_softmax_params(x_scale)
+    d = np.arange(-(1 << bits) + 1, 1, dtype=np.int64)
+    valid = d >= diff_min
+    rescaled = multiply_by_quantized_multiplier(np.where(valid, d, 0), m, shift, "tflite")
+    return np.where(valid, exp_on_negative_values(rescaled), 0)
+
+
+def tflite_softmax(x: np.ndarray, x_scale: float, out: IntType) -> np.ndarray:
+    """TFLite's reference int8 Softmax along the last axis (beta 1): the exp table of the
+    differences to the row maximum, their sum in Q12.19 (each term rounded by 2**12), its reciprocal
+    (:func:`tflite_reciprocal`), each output ``RoundingDivideByPOT(SRDHM(1/sum, exp), num_bits + 31 -
+    bits(out)) + min(out)``. Exact for rows of up to 4096 elements (the int32 sum cannot wrap)."""
+    xi = as_int64(x)
+    if xi.shape[-1] > 4096:
+        raise QnnxError(f"compute='tflite' softmax takes rows of at most 4096 elements, got {xi.shape[-1]}")
+    d = xi - xi.max(axis=-1, keepdims=True)
+    table = tflite_softmax_exp_table(x_scale)
+    e = table[d + 255]
+    total = _rounding_divide_by_pot(e, np.int64(TFLITE_SOFTMAX_ACC_BITS)).sum(axis=-1, keepdims=True)
+    recip, bits_over_unit = tflite_reciprocal(total)
+    exponent = bits_over_unit + 31 - out.bits
+    y = _rounding_divide_by_pot(_srdhm(recip, e), exponent) + out.qmin
+    return saturate(y, out)
+
+
+def check_tflite_softmax(t: IntType, x_scale, x_zero_point, out: IntType, y_scale, y_zero_point, axis: int,
+                         ndim: int, rounding: str) -> None:
+    """compute="tflite" softmax: int8 input (per-tensor), the last axis, rounding tflite, and
+    TFLite's fixed output qparams int8 (1/256, -128) (its int16 output runs another kernel)."""
+    if t.name != "int8":
+        raise QnnxError(f"compute='tflite' softmax takes int8 input (TFLite's int16 softmax is another kernel), got {t.name}")
+    if axis != ndim - 1:
+        raise QnnxError("compute='tflite' softmax runs along the last axis")
+    if rounding != "tflite":
+        raise QnnxError(f"compute='tflite' softmax rounds as TFLite does (rounding='tflite'), got {rounding!r}")
+    want = {"int8": (1 / 256, -128)}.get(out.name)
+    sy, zy = float(np.asarray(y_scale).reshape(())), int(np.asarray(y_zero_point).reshape(()))
+    if want is None or abs(sy - want[0]) > 0.001 * want[0] or zy != want[1]:
+        raise QnnxError(f"compute='tflite' softmax outputs int8 (1/256, -128), got {out.name} "
+                        f"({sy!r}, {zy})")

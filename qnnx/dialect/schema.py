@@ -143,8 +143,10 @@ def binary_compute_attr() -> Attribute:
 
 
 def softmax_compute_attr() -> Attribute:
-    return Attribute("compute", str, "exact", "`exact` (integer exp table) or `mlas`: ONNX Runtime's "
-                     "QLinearSoftmax float32 recipe (8-bit, per-tensor)", SOFTMAX_COMPUTE_MODES)
+    return Attribute("compute", str, "exact", "`exact` (integer exp table), `mlas`: ONNX Runtime's "
+                     "QLinearSoftmax float32 recipe (8-bit, per-tensor), or `tflite`: TFLite's int8 reference kernel "
+                     "(gemmlowp fixed point, last axis, int8 output (1/256, -128))",
+                     SOFTMAX_COMPUTE_MODES)
 
 
 def requantize_compute_attr() -> Attribute:

@@ -610,6 +610,8 @@ def _softmax(node, a, b):
     numerics.check_zero_point(zy, out_t, "y_zero_point")
     if a["compute"] == "mlas":
         return [_softmax_mlas(node, a, b, t, sx, sy, zy, out_t)]
+    if a["compute"] == "tflite":
+        return [_softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t)]
     f64 = ir.DataType.DOUBLE
     x32 = b.op("Cast", [x], to=ir.DataType.INT32)
     d = b.op("Sub", [la.reduce(b, "ReduceMax", x32, [a["axis"]], "max"), x32], hint="diff_to_max")
@@ -619,6 +621,35 @@ def _softmax(node, a, b):
     v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
     return [_add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)]
+
+
+def _softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t) -> ir.Value:
+    """numerics.tflite_softmax: the exp of each difference from a table, the Q12.19 sum, TFLite's
+    reciprocal (leading zeros by comparison with every power of two, three Newton-Raphson steps in
+    SRDHM), the per-row RoundingDivideByPOT."""
+    x = node.inputs[0]
+    rank = _rank(x, "x")
+    numerics.check_tflite_softmax(t, sx, zx, out_t, sy, zy, numerics.normalize_axis(a["axis"], rank), rank,
+                                  a["rounding"])
+    if not isinstance(x.shape[-1], int) or x.shape[-1] > 4096:
+        raise QnnxError("compute='tflite' softmax needs a static last axis of at most 4096 elements to lower")
+    x64 = la.to_i64(b, x)
+    d = b.op("Sub", [x64, la.reduce(b, "ReduceMax", x64, [-1], "max")], hint="diff_to_max")
+    index = b.op("Add", [d, la.i64(b, 255, "offset")], hint="diff_index")
+    table = numerics.tflite_softmax_exp_table(float(np.asarray(sx).reshape(())))
+    e = b.op("Gather", [la.i64(b, table, "exp_table"), index], axis=0, hint="exp_q31")
+    terms = la.rounding_divide_by_pot_var(b, e, la.i64(b, numerics.TFLITE_SOFTMAX_ACC_BITS, "acc_bits"))
+    total = la.reduce(b, "ReduceSum", terms, [-1], "exp_sum")
+    powers = la.i64(b, np.left_shift(np.int64(1), np.arange(32, dtype=np.int64)), "powers")
+    at_least = b.op("GreaterOrEqual", [b.op("Unsqueeze", [total, la.i64(b, [-1], "last")]), powers], hint="at_least")
+    bits = b.op("ReduceSum", [la.bool_to_i64(b, at_least), la.i64(b, [-1], "last")], keepdims=0, hint="bit_length")
+    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), bits], hint="clz")
+    shifted = b.op("Sub", [b.op("Mul", [total, la.pow2(b, clz)]), la.i64(b, 1 << 31, "two_p31")], hint="shifted_sum")
+    recip = la.one_over_one_plus_x(b, shifted)
+    exponent = b.op("Add", [clz, la.i64(b, -numerics.TFLITE_SOFTMAX_ACC_BITS - 31 + out_t.bits, "minus")], hint="neg_exp")
+    exponent = b.op("Neg", [exponent], hint="exponent")
+    y = la.rounding_divide_by_pot_var(b, la.srdhm_var(b, recip, e), exponent)
+    return la.saturate_cast(b, b.op("Add", [y, la.i64(b, out_t.qmin, "out_min")], hint="plus_min"), out_t)
 
 
 def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:

@@ -27,8 +27,8 @@ MODELS = {
     "hand_landmark_int8": [],
     "hand_landmark_int16x8": [],
     "hand_recrop_int8": [],  # its PRELUs are float in the source (ai-edge-quantizer left them float)
-    "mltk_image_classification": ["SOFTMAX"],
-    "mltk_keyword_spotting": ["SOFTMAX"],
+    "mltk_image_classification": [],
+    "mltk_keyword_spotting": [],
 }
 
 

@@ -155,6 +155,12 @@ def _prelu_case():
 
 CASES["prelu_int8_per_channel"] = (_prelu_case, [np.broadcast_to(np.arange(-128, 128, dtype=I8)[None, None, :, None],
                                                                  (2, 3, 256, 4)).copy()])
+CASES["softmax_int8"] = (lambda: model("SOFTMAX", [T((3, 7, 10), I8, 0.1, 3)], [T((3, 7, 10), I8, 1 / 256, -128)],
+                                       opts("SoftmaxOptions", beta=1.0)), None)
+CASES["softmax_int8_coarse"] = (lambda: model("SOFTMAX", [T((4, 300), I8, 0.71, -1)], [T((4, 300), I8, 1 / 256, -128)],
+                                              opts("SoftmaxOptions", beta=1.0)), None)
+CASES["softmax_int8_fine"] = (lambda: model("SOFTMAX", [T((4, 33), I8, 0.0041, 20)], [T((4, 33), I8, 1 / 256, -128)],
+                                            opts("SoftmaxOptions", beta=1.0)), None)
 CASES["quantize_float_to_int8"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I8, 0.02, -4)]), None)
 CASES["quantize_float_to_int16"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I16, 0.0002, 0)]), None)
 CASES["requantize_int8"] = (lambda: model("QUANTIZE", [T((1, 256), I8, 0.037, 5)], [T((1, 256), I8, 0.05, -3)]),
@@ -307,8 +313,14 @@ NEGATIVE = {
     "resize_nearest_rescaling": (lambda: model("RESIZE_NEAREST_NEIGHBOR", [T((1, 2, 2, 1), I8, 0.1, 0),
                                                                            T((2,), I32, data=np.array([4, 4]))],
                                                [T((1, 4, 4, 1), I8, 0.1, 1)]), "different qparams"),
-    "softmax_has_no_integer_rule": (lambda: model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)],
-                                                  opts("SoftmaxOptions", beta=1.0)), "no integer rule for SOFTMAX"),
+    "softmax_int16_input": (lambda: model("SOFTMAX", [T((1, 10), I16, 0.001, 0)], [T((1, 10), I16, 1 / 32768, 0)],
+                                          opts("SoftmaxOptions", beta=1.0)), "int16 SOFTMAX"),
+    "softmax_int8_to_int16": (lambda: model("SOFTMAX", [T((5, 12), I8, 0.05, 0)], [T((5, 12), I16, 1 / 32768, 0)],
+                                            opts("SoftmaxOptions", beta=1.0)), "outputs int8"),
+    "softmax_beta": (lambda: model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)],
+                                   opts("SoftmaxOptions", beta=0.5)), "beta 0.5"),
+    "hard_swish_has_no_integer_rule": (lambda: model("HARD_SWISH", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 0.05, -3)]),
+                                       "no integer rule for HARD_SWISH"),
 }
 
 
@@ -319,13 +331,13 @@ def test_op_refusal_names_the_reason(name):
 
 
 def test_op_without_rule_stays_float_and_is_listed():
-    """Not strict: SOFTMAX (no integer rule yet) runs in float between dequantize and quantize."""
-    data = model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)], opts("SoftmaxOptions", beta=1.0))
+    """Not strict: HARD_SWISH (no integer rule yet) runs in float between dequantize and quantize."""
+    data = model("HARD_SWISH", [T((1, 256), I8, 0.05, 0)], [T((1, 256), I8, 0.03, -20)])
     m, report = convert(data)
-    assert report.left_in_float == [("0", "SOFTMAX", "no integer rule for SOFTMAX")]
+    assert report.left_in_float == [("0", "HARD_SWISH", "no integer rule for HARD_SWISH")]
     proto = from_tflite(data)
-    assert "SOFTMAX" in {p.key: p.value for p in proto.metadata_props}["qnnx.left_in_float"]
-    x = np.arange(-5, 5, dtype=I8).reshape(1, 10) * 10
+    assert "HARD_SWISH" in {p.key: p.value for p in proto.metadata_props}["qnnx.left_in_float"]
+    x = all_values(I8)[0]
     got = qnnx.ReferenceEvaluator(proto).run(None, {"in0": x})[0]
     assert np.abs(got.astype(int) - run(data, [x])[0].astype(int)).max() <= 1  # float, not the integer kernel
 

@@ -125,10 +125,12 @@ def _import_op(op, ctx: Context, report: Report, strict: bool) -> list[ir.Value]
     rule = RULES.get(op.opcode)
     why = f"no integer rule for {op.opcode}"
     if rule is not None:
+        emitted = len(ctx.b.nodes)
         try:
             return rule(op, ctx)
         except Unsupported as e:
             why = str(e)
+            del ctx.b.nodes[emitted:]  # what the rule built before it gave up
         except QnnxError as e:
             raise e.at(op.where) from None
     if strict:

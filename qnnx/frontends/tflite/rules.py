@@ -370,6 +370,27 @@ def prelu(op, ctx):
     return [_lut(ctx, x_i, table, out, axis=-1)]
 
 
+@tflite_rule("SOFTMAX")
+def softmax(op, ctx):
+    """int8 input, int8 or int16 output, beta 1: qnnx.softmax with TFLite's fixed-point kernel."""
+    x_i, out = op.inputs[0], op.outputs[0]
+    if ctx.int_type(x_i) != "int8":
+        raise Unsupported("int16 SOFTMAX (TFLite's table kernel) has no rule yet")
+    (beta,) = options(op, "beta")
+    if beta != 1.0:
+        raise Unsupported(f"beta {beta}: the integer rule takes beta 1")
+    y_type = _act_type(ctx, out)
+    try:
+        q, qy = ctx.qparams(x_i), ctx.qparams(out)
+        rank = len(ctx.tensor(x_i).shape)
+        numerics.check_tflite_softmax(int_type("int8"), q.scale, q.zero_point, int_type(y_type), qy.scale[0],
+                                      qy.zero_point[0], rank - 1, rank, "tflite")
+    except numerics.QnnxError as e:
+        raise Unsupported(e.detail) from None
+    return [ctx.qnnx("softmax", [ctx.value(x_i), *ctx.qparam_values(x_i, "x_"), *ctx.qparam_values(out, "y_")],
+                     out_dtype=y_type, axis=-1, rounding="tflite", compute="tflite")]
+
+
 # ------------------------------------------------------------------ affine conversions
 
 
