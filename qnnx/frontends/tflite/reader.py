@@ -93,7 +93,15 @@ def _enum(cls) -> dict[int, str]:
 def read(model: str | Path | bytes) -> TfliteModel:
     """The first subgraph of a .tflite file (path) or its bytes, tensors with constant data attached."""
     s = schema()
-    data = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else Path(model).read_bytes()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    else:
+        if not Path(model).is_file():
+            raise QnnxError(f"{model}: no such .tflite file")
+        try:
+            data = Path(model).read_bytes()
+        except OSError as e:
+            raise QnnxError(f"{model}: cannot read: {e.strerror}") from None
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise QnnxError("not a TFLite flatbuffer (no TFL3 file identifier)")
     try:
