@@ -257,6 +257,11 @@ def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
     return (x >> exponent) + (remainder > threshold)
 
 
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT of integers (held in int64) by ``2**exponent``: ties away from zero."""
+    return _rounding_divide_by_pot(np.asarray(x, np.int64), np.asarray(exponent, np.int64))
+
+
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
                                      rounding: str, acc_bits: int = 32) -> np.ndarray:
     """``round(x * M * 2**(shift-31))`` for ``x`` in a signed ``acc_bits``-bit accumulator.

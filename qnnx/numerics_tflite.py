@@ -102,16 +102,24 @@ SIGMOID_TABLE_Q16 = np.array([
 ], dtype=np.int64)
 
 
-def logistic_int16_params(x_scale) -> tuple[int, int]:
-    """LOGISTIC/TANH int16 prepare: ``(input_multiplier, input_left_shift)``. A power-of-two scale
-    of 2**-12 takes the table directly (multiplier 0 in TFLite: ``3 << 0``); otherwise the
-    multiplier of ``x_scale * 4096 * 3`` doubled until above 32767/2 (``k`` extra is 3 for tanh's
-    doubled input: the caller passes ``x_scale * 2``)."""
-    s = float(np.float32(x_scale))
-    m, e = np.frexp(s)
-    if m == 0.5 and (15 - 3) + int(e - 1) == 0:  # CheckedLog2 exact and input_left_shift == 0
-        return 3, 0
-    multiplier = s * 4096.0 * 3.0
+def checked_log2(x: float) -> tuple[bool, int]:
+    """TFLite's CheckedLog2: ``(is a power of two within 1e-3 in log2, rounded log2)``, in float32."""
+    f32 = np.float32
+    v = f32(np.log(f32(x))) * (f32(1.0) / f32(np.log(f32(2.0))))
+    r = f32(tflite_round(v))
+    return bool(abs(f32(v - r)) < f32(1e-3)), int(r)
+
+
+def int16_sigmoid_params(x_scale, pot_shifts: tuple[int, ...] = (0,)) -> tuple[int, int]:
+    """LOGISTIC/TANH int16 prepare: ``(input_multiplier, input_left_shift)`` that bring the input to
+    steps of 1/(3*4096). A (nearly, CheckedLog2) power-of-two scale whose left shift
+    ``12 + log2(scale)`` is in ``pot_shifts`` ({0} for LOGISTIC, {0, 1} for TANH) uses ``3 << shift``;
+    otherwise ``x_scale * 4096 * 3`` is doubled until above 32767/2 and truncated."""
+    pot, log2 = checked_log2(float(x_scale))
+    shift = (15 - 3) + log2
+    if pot and shift in pot_shifts:
+        return 3 << shift, 0
+    multiplier = float(np.float32(x_scale)) * 4096.0 * 3.0
     shift = 0
     while multiplier <= 32767.0 / 2.0 and shift <= 30:
         shift += 1
@@ -147,8 +155,86 @@ def logistic_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> 
     if t.name == "int16":
         if int(x_zero_point) or int(y_zero_point) or float(y_scale) != 2.0 ** -15:
             raise QnnxError("int16 LOGISTIC needs zero points 0 and output scale 2**-15, as TFLite")
-        return logistic_int16(_inputs(dtype), *logistic_int16_params(x_scale))
+        return logistic_int16(_inputs(dtype), *int16_sigmoid_params(x_scale, (0,)))
     raise QnnxError(f"LOGISTIC takes int8 or int16, got {dtype}")
+
+
+def tanh_int16(x: np.ndarray, input_multiplier: int, input_left_shift: int) -> np.ndarray:
+    """TFLite's ``reference_integer_ops::Tanh`` for int16: the sigmoid table read at twice the
+    input (index ``|v| >> 8``, 8-bit fraction), ``2 * sigmoid - 1`` in Q0.15 with rounding."""
+    x = np.asarray(x, np.int64)
+    rnd = (1 << (input_left_shift - 1)) if input_left_shift > 0 else 0
+    v = (x * input_multiplier + rnd) >> input_left_shift
+    a = np.abs(v)
+    uh = a >> 8
+    idx = np.minimum(uh, 254)
+    ua, ub = SIGMOID_TABLE_Q16[idx], SIGMOID_TABLE_Q16[idx + 1]
+    result = np.where(uh >= 255, 0xFFFF << 8, (ua << 8) + (a & 0xFF) * (ub - ua))
+    result = np.where(v >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
+    return (result >> 8).astype(np.int64).astype(np.uint16).view(np.int16)
+
+
+def tanh_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> np.ndarray:
+    """TANH's table: int8 by LUTPopulateInt8 of the float32 tanh, int16 by the fixed-point kernel
+    (zero points 0, output scale 2**-15, as TFLite requires)."""
+    t = int_type(dtype)
+    if t.name == "int8":
+        return lut_populate_int8(tanh_f32, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
+    if t.name == "int16":
+        pot, log2 = checked_log2(float(y_scale))
+        if int(x_zero_point) or int(y_zero_point) or not pot or log2 != -15:
+            raise QnnxError("int16 TANH needs zero points 0 and output scale 2**-15, as TFLite")
+        return tanh_int16(_inputs(dtype), *int16_sigmoid_params(x_scale, (0, 1)))
+    raise QnnxError(f"TANH takes int8 or int16, got {dtype}")
+
+
+def _srdhm16(a: np.ndarray, b) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int16."""
+    ab = np.asarray(a, np.int64) * np.int64(b)
+    q = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    q = np.where(q >= 0, q >> 15, -((-q) >> 15))  # C division truncates
+    return np.where((np.asarray(a) == -32768) & (b == -32768), 32767, q)
+
+
+def _sat_shift16(v: np.ndarray, amount: int) -> np.ndarray:
+    return np.clip(np.asarray(v, np.int64) << amount, -32768, 32767)
+
+
+def _downscale_q15(m: int) -> int:
+    """TFLite's DownScaleInt32ToInt16Multiplier."""
+    return 32767 if m >= (1 << 31) - 1 - (1 << 15) else (m + (1 << 15)) >> 16
+
+
+def hard_swish_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> np.ndarray:
+    """TFLite's quantized HardSwish (reference_ops::HardSwish), int16 fixed point: the input on a
+    2**7 finer scale, a "reluish" factor ``relu6(x + 3) / 6`` in Q0.15 from it, their doubling high
+    product rounded toward zero, then the output multiplier's shift; multipliers from float32
+    scales as TFLite's prepare computes them, reduced to 16 bits."""
+    t = int_type(dtype)
+    if t.bits != 8:
+        raise QnnxError(f"HARD_SWISH takes 8-bit input, got {dtype}")
+    f32 = np.float32
+    hires = f32(1.0 / 128.0) * f32(x_scale)
+    om, oexp = (int(v) for v in numerics.quantize_multiplier(float(f32(hires / f32(y_scale)))))
+    if oexp > 0:
+        raise QnnxError("HARD_SWISH's output multiplier is above 1 (TFLite refuses it)")
+    rm, rexp = (int(v) for v in numerics.quantize_multiplier(float(f32(hires / f32(3.0 / 32768.0)))))
+    om16, rm16 = _downscale_q15(om), _downscale_q15(rm)
+    hi = (_inputs(dtype) - int(x_zero_point)) * 128
+    pre = _srdhm16(hi, om16)
+    r = hi
+    if rexp > 0:
+        r = _sat_shift16(r, rexp - 1)
+    r = _srdhm16(r, rm16)
+    if rexp > 0:
+        r = _sat_shift16(r, 1)
+    if rexp < 0:
+        r = numerics.rounding_divide_by_pot(r, -rexp)
+    r = (r + (1 << 15)) >> 1
+    prod = r * pre  # SaturatingDoublingHighMul: toward zero; r >= 0, so never both -32768
+    po = np.where(prod >= 0, prod >> 15, -((-prod) >> 15))
+    out = numerics.rounding_divide_by_pot(po, -oexp) + int(y_zero_point)
+    return np.clip(out, t.qmin, t.qmax).astype(t.numpy)
 
 
 def requantize_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point, lo: int, hi: int) -> np.ndarray:

@@ -79,8 +79,9 @@ def test_cli_from_tflite_refuses(tmp_path, capsys):
     bad.write_bytes(b"\x00" * 64)
     assert main(["from-tflite", str(bad), "-o", str(tmp_path / "x.onnx")]) == 1
     assert "not a TFLite flatbuffer" in capsys.readouterr().err
-    hs = tmp_path / "hs.tflite"
-    hs.write_bytes(model("HARD_SWISH", [T((1, 4), np.int8, 0.1, 0)], [T((1, 4), np.int8, 0.05, 0)]))
-    assert main(["from-tflite", str(hs), "-o", str(tmp_path / "x.onnx"), "--strict"]) == 1
-    assert "HARD_SWISH" in capsys.readouterr().err
+    rb = tmp_path / "rb.tflite"
+    rb.write_bytes(model("RESIZE_BILINEAR", [T((1, 2, 2, 1), np.int8, 0.1, 0), T((2,), np.int32, data=np.array([4, 4]))],
+                         [T((1, 4, 4, 1), np.int8, 0.1, 0)]))
+    assert main(["from-tflite", str(rb), "-o", str(tmp_path / "x.onnx")]) == 1
+    assert "RESIZE_BILINEAR" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()

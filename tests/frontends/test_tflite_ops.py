@@ -136,6 +136,10 @@ CASES = {
     "logistic_int16": (lambda: unary_case("LOGISTIC", I16, (0.00031, 0), (2 ** -15, 0)), all_values(I16)),
     "logistic_int16_pot": (lambda: unary_case("LOGISTIC", I16, (2 ** -12, 0), (2 ** -15, 0)), all_values(I16)),
     "tanh_int8": (lambda: unary_case("TANH", I8, (0.03, -2), (1 / 128, 0)), all_values(I8)),
+    "tanh_int16": (lambda: unary_case("TANH", I16, (0.00027, 0), (2 ** -15, 0)), all_values(I16)),
+    "tanh_int16_pot": (lambda: unary_case("TANH", I16, (2 ** -11, 0), (2 ** -15, 0)), all_values(I16)),
+    "hard_swish_int8": (lambda: unary_case("HARD_SWISH", I8, (0.05, 3), (0.03, -20)), all_values(I8)),
+    "hard_swish_int8_coarse": (lambda: unary_case("HARD_SWISH", I8, (0.11, -40), (0.09, -100)), all_values(I8)),
     "relu_int8": (lambda: unary_case("RELU", I8, (0.05, -10), (0.03, -128)), all_values(I8)),
     "relu6_int8": (lambda: unary_case("RELU6", I8, (0.07, 4), (0.025, -128)), all_values(I8)),
     "relu_n1_to_1_int8": (lambda: unary_case("RELU_N1_TO_1", I8, (0.02, 0), (0.009, 0)), all_values(I8)),
@@ -282,7 +286,8 @@ NEGATIVE = {
                                            [T((1, 2), I8, [0.1, 0.2], 0)]), "per-axis qparams"),
     "logistic_int8_wrong_output_qparams": (lambda: unary_case("LOGISTIC", I8, (0.05, 0), (1 / 128, 0)),
                                            r"output qparams \(1/256, -128\)"),
-    "tanh_int16": (lambda: unary_case("TANH", I16, (0.0003, 0), (2 ** -15, 0)), "int16 TANH has no rule"),
+    "tanh_int16_zero_point": (lambda: unary_case("TANH", I16, (0.0003, 5), (2 ** -15, 0)), "int16 TANH needs zero points 0"),
+    "hard_swish_int16": (lambda: unary_case("HARD_SWISH", I16, (0.0003, 0), (0.0003, 0)), "HARD_SWISH takes 8-bit"),
     "relu_mixed_types": (lambda: model("RELU", [T((1, 4), I8, 0.05, 0)], [T((1, 4), I16, 0.05, 0)]), "types differ"),
     "leaky_relu_int32": (lambda: model("LEAKY_RELU", [T((1, 4), I32, 0.05, 0)], [T((1, 4), I32, 0.05, 0)],
                                        opts("LeakyReluOptions", alpha=0.1)), "integer rules take int8 or int16"),
@@ -319,8 +324,10 @@ NEGATIVE = {
                                             opts("SoftmaxOptions", beta=1.0)), "outputs int8"),
     "softmax_beta": (lambda: model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)],
                                    opts("SoftmaxOptions", beta=0.5)), "beta 0.5"),
-    "hard_swish_has_no_integer_rule": (lambda: model("HARD_SWISH", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 0.05, -3)]),
-                                       "no integer rule for HARD_SWISH"),
+    "resize_bilinear_has_no_integer_rule": (lambda: model("RESIZE_BILINEAR", [T((1, 2, 2, 1), I8, 0.1, 0),
+                                                                             T((2,), I32, data=np.array([4, 4]))],
+                                                            [T((1, 4, 4, 1), I8, 0.1, 0)]),
+                                            "no integer rule for RESIZE_BILINEAR"),
 }
 
 
@@ -330,14 +337,15 @@ def test_op_refusal_names_the_reason(name):
     _refused(build(), reason)
 
 
-def test_op_without_rule_stays_float_and_is_listed():
-    """Not strict: HARD_SWISH (no integer rule yet) runs in float between dequantize and quantize."""
-    data = model("HARD_SWISH", [T((1, 256), I8, 0.05, 0)], [T((1, 256), I8, 0.03, -20)])
+def test_op_refused_by_its_rule_stays_float_and_is_listed():
+    """Not strict: a SOFTMAX with beta 0.5 (its integer rule takes beta 1) runs in float between
+    dequantize and quantize, listed with the reason."""
+    data = model("SOFTMAX", [T((4, 64), I8, 0.1, 0)], [T((4, 64), I8, 1 / 256, -128)], opts("SoftmaxOptions", beta=0.5))
     m, report = convert(data)
-    assert report.left_in_float == [("0", "HARD_SWISH", "no integer rule for HARD_SWISH")]
+    assert report.left_in_float == [("0", "SOFTMAX", "beta 0.5: the integer rule takes beta 1")]
     proto = from_tflite(data)
-    assert "HARD_SWISH" in {p.key: p.value for p in proto.metadata_props}["qnnx.left_in_float"]
-    x = all_values(I8)[0]
+    assert "SOFTMAX" in {p.key: p.value for p in proto.metadata_props}["qnnx.left_in_float"]
+    x = np.arange(-128, 128, dtype=I8).reshape(4, 64)
     got = qnnx.ReferenceEvaluator(proto).run(None, {"in0": x})[0]
     assert np.abs(got.astype(int) - run(data, [x])[0].astype(int)).max() <= 1  # float, not the integer kernel
 

@@ -6,7 +6,7 @@ LiteRT's reference-kernel arithmetic.
     ADD / SUB / MUL               -> qnnx.add / qnnx.sub / qnnx.mul (rounding tflite), Clip
     AVERAGE_POOL_2D / MEAN        -> qnnx.avg_pool / qnnx.global_avg_pool (compute tflite), Clip
     MAX_POOL_2D                   -> MaxPool on the integers (16-bit through float32), Clip
-    LOGISTIC, TANH, RELU*, LEAKY_RELU, PRELU -> qnnx.lut (tables of qnnx.numerics_tflite)
+    LOGISTIC, TANH, HARD_SWISH, RELU*, LEAKY_RELU, PRELU -> qnnx.lut (tables of qnnx.numerics_tflite)
     QUANTIZE / DEQUANTIZE         -> qnnx.quantize (rounding tflite) / qnnx.requantize / qnnx.dequantize
     RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2, STRIDED_SLICE, SPLIT/SPLIT_V,
     RESIZE_NEAREST_NEIGHBOR      -> data movement on the integers (equal qparams, as TFLite requires)
@@ -317,9 +317,13 @@ def _unary_qparams(ctx: Context, op: Operator):
 
 @tflite_rule("LOGISTIC")
 def logistic(op, ctx):
+    return _table(numerics_tflite.logistic_table, op, ctx)
+
+
+def _table(fn, op, ctx):
     x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
     try:
-        table = numerics_tflite.logistic_table(dtype, sx, zx, sy, zy)
+        table = fn(dtype, sx, zx, sy, zy)
     except numerics.QnnxError as e:
         raise Unsupported(e.detail) from None
     return [_lut(ctx, x_i, table, out)]
@@ -327,10 +331,12 @@ def logistic(op, ctx):
 
 @tflite_rule("TANH")
 def tanh(op, ctx):
-    x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
-    if dtype != "int8":
-        raise Unsupported("int16 TANH has no rule yet")
-    return [_lut(ctx, x_i, numerics_tflite.lut_populate_int8(numerics_tflite.tanh_f32, dtype, sx, zx, sy, zy), out)]
+    return _table(numerics_tflite.tanh_table, op, ctx)
+
+
+@tflite_rule("HARD_SWISH")
+def hard_swish(op, ctx):
+    return _table(numerics_tflite.hard_swish_table, op, ctx)
 
 
 @tflite_rule("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
