@@ -282,3 +282,25 @@ def prelu_table(dtype: str, alpha_q: np.ndarray, alpha_scale, alpha_zero_point, 
     pos = np.broadcast_to(_mbqm(c, float_ratio(x_scale, y_scale)), (a.shape[0], c.size))
     neg = _mbqm(c[None, :] * a, m2)
     return np.clip(np.where(c[None, :] >= 0, pos, neg) + int(y_zero_point), t.qmin, t.qmax).astype(t.numpy)
+
+
+def _cdiv(a: np.ndarray, b: int) -> np.ndarray:
+    """C integer division (truncates toward zero) of int64 by a positive ``b``."""
+    a = np.asarray(a, np.int64)
+    return np.where(a >= 0, a // b, -((-a) // b))
+
+
+def bilinear_taps(in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool):
+    """TFLite's ResizeBilinearInteger along one axis: for every output index, the two source indices
+    ``(lower, upper)`` and the upper one's weight in 1/1024 (the lower one's is ``1024 - w``), from the
+    Q10 scale ``(1024 * in + out / 2) / out`` (align_corners: of ``in - 1`` over ``out - 1``)."""
+    if align_corners and out_size > 1:
+        scale = (1024 * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
+    else:
+        scale = (1024 * in_size + out_size // 2) // out_size
+    v = np.arange(out_size, dtype=np.int64) * scale
+    if half_pixel_centers:
+        v = v + scale // 2 - (1 << 9)
+    lower = np.maximum(_cdiv(v, 1024), 0)
+    upper = np.minimum(_cdiv(v + 1023, 1024), in_size - 1)
+    return lower, upper, v - 1024 * lower

@@ -79,9 +79,8 @@ def test_cli_from_tflite_refuses(tmp_path, capsys):
     bad.write_bytes(b"\x00" * 64)
     assert main(["from-tflite", str(bad), "-o", str(tmp_path / "x.onnx")]) == 1
     assert "not a TFLite flatbuffer" in capsys.readouterr().err
-    rb = tmp_path / "rb.tflite"
-    rb.write_bytes(model("RESIZE_BILINEAR", [T((1, 2, 2, 1), np.int8, 0.1, 0), T((2,), np.int32, data=np.array([4, 4]))],
-                         [T((1, 4, 4, 1), np.int8, 0.1, 0)]))
-    assert main(["from-tflite", str(rb), "-o", str(tmp_path / "x.onnx")]) == 1
-    assert "RESIZE_BILINEAR" in capsys.readouterr().err
+    mx = tmp_path / "mx.tflite"
+    mx.write_bytes(model("MAXIMUM", [T((1, 4), np.int8, 0.1, 0), T((1, 4), np.int8, 0.1, 0)], [T((1, 4), np.int8, 0.1, 0)]))
+    assert main(["from-tflite", str(mx), "-o", str(tmp_path / "x.onnx")]) == 1
+    assert "operator 0 (MAXIMUM): no integer rule for MAXIMUM, and it has no float form either" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()

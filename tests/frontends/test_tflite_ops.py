@@ -203,6 +203,14 @@ CASES["split_v_int16"] = (lambda: model("SPLIT_V", [T((1, 5, 3, 2), I16, 0.1, 0)
 CASES["resize_nearest_int8"] = (lambda: model(
     "RESIZE_NEAREST_NEIGHBOR", [T((1, 3, 5, 2), I8, 0.1, 1), T((2,), I32, data=np.array([7, 8]))],
     [T((1, 7, 8, 2), I8, 0.1, 1)], opts("ResizeNearestNeighborOptions", alignCorners=False, halfPixelCenters=True)), None)
+for _name, _shape, _out, _align, _half, _dtype in (("resize_bilinear_half_pixel_int8", (1, 3, 5, 2), (7, 8), False, True, I8),
+                                                  ("resize_bilinear_int8", (1, 4, 3, 2), (9, 5), False, False, I8),
+                                                  ("resize_bilinear_align_corners_int8", (1, 3, 4, 1), (6, 7), True, False, I8),
+                                                  ("resize_bilinear_half_pixel_down_int16", (1, 9, 8, 2), (4, 5), False, True, I16)):
+    CASES[_name] = (lambda s=_shape, o=_out, a=_align, h=_half, d=_dtype: model(
+        "RESIZE_BILINEAR", [T(s, d, 0.1, 0 if d == I16 else -3), T((2,), I32, data=np.array(o))],
+        [T((1, *o, s[3]), d, 0.1, 0 if d == I16 else -3)],
+        opts("ResizeBilinearOptions", alignCorners=a, halfPixelCenters=h)), None)
 CASES["resize_nearest_align_corners_int16"] = (lambda: model(
     "RESIZE_NEAREST_NEIGHBOR", [T((1, 3, 5, 2), I16, 0.1, 0), T((2,), I32, data=np.array([6, 9]))],
     [T((1, 6, 9, 2), I16, 0.1, 0)], opts("ResizeNearestNeighborOptions", alignCorners=True)), None)
@@ -324,10 +332,11 @@ NEGATIVE = {
                                             opts("SoftmaxOptions", beta=1.0)), "outputs int8"),
     "softmax_beta": (lambda: model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)],
                                    opts("SoftmaxOptions", beta=0.5)), "beta 0.5"),
-    "resize_bilinear_has_no_integer_rule": (lambda: model("RESIZE_BILINEAR", [T((1, 2, 2, 1), I8, 0.1, 0),
-                                                                             T((2,), I32, data=np.array([4, 4]))],
-                                                            [T((1, 4, 4, 1), I8, 0.1, 0)]),
-                                            "no integer rule for RESIZE_BILINEAR"),
+    "resize_bilinear_rescaling": (lambda: model("RESIZE_BILINEAR", [T((1, 2, 2, 1), I8, 0.1, 0),
+                                                                   T((2,), I32, data=np.array([4, 4]))],
+                                                  [T((1, 4, 4, 1), I8, 0.2, 0)]), "different qparams"),
+    "maximum_has_no_rule": (lambda: model("MAXIMUM", [T((1, 4), I8, 0.1, 0), T((1, 4), I8, 0.1, 0)],
+                                          [T((1, 4), I8, 0.1, 0)]), "no integer rule for MAXIMUM"),
 }
 
 

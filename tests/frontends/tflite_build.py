@@ -13,7 +13,8 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 _TYPES = {np.dtype(np.int8): s.TensorType.INT8, np.dtype(np.int16): s.TensorType.INT16,
           np.dtype(np.int32): s.TensorType.INT32, np.dtype(np.int64): s.TensorType.INT64,
-          np.dtype(np.float32): s.TensorType.FLOAT32, np.dtype(np.float16): s.TensorType.FLOAT16}
+          np.dtype(np.float32): s.TensorType.FLOAT32, np.dtype(np.float16): s.TensorType.FLOAT16,
+          np.dtype(np.bool_): s.TensorType.BOOL}
 
 
 @dataclass
@@ -105,6 +106,8 @@ def run(data: bytes, feeds: list[np.ndarray], resolver=OpResolverType.BUILTIN_RE
 
 
 def random_input(rng, t: T) -> np.ndarray:
+    if np.dtype(t.dtype).kind == "b":
+        return rng.integers(0, 2, size=t.shape).astype(bool)
     if np.dtype(t.dtype).kind == "f":
         return rng.normal(0, 2, size=t.shape).astype(t.dtype)
     info = np.iinfo(t.dtype)

@@ -10,6 +10,7 @@ LiteRT's reference-kernel arithmetic.
     QUANTIZE / DEQUANTIZE         -> qnnx.quantize (rounding tflite) / qnnx.requantize / qnnx.dequantize
     RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2, STRIDED_SLICE, SPLIT/SPLIT_V,
     RESIZE_NEAREST_NEIGHBOR      -> data movement on the integers (equal qparams, as TFLite requires)
+    RESIZE_BILINEAR               -> Gathers and int64 weighted sums with TFLite's Q10 weights
 
 The accumulator's scale is ``float64(x_scale) * float64(w_scale)``, exact in float64 (two float32
 significands), so the requantize multiplier ``acc_scale / y_scale`` is TFLite's own double
@@ -542,6 +543,39 @@ def split(op, ctx):
     ys = ctx.b.op("Split", [ctx.value(x_i), ctx.b.const(np.array(sizes, np.int64), "split")], axis=axis,
                   outputs=len(sizes), hint="split")
     return list(ys) if len(sizes) > 1 else [ys]
+
+
+@tflite_rule("RESIZE_BILINEAR")
+def resize_bilinear(op, ctx):
+    """TFLite's ResizeBilinearInteger on the integers, in int64: the four source values (Gathers of
+    the indices numerics_tflite.bilinear_taps computes offline) weighted by products of 1/1024
+    weights (summing to 2**20), the sum divided by 2**20 ties away from zero (C division after
+    adding +-2**19). Zero points are not subtracted: the weights sum to one, and TFLite requires
+    equal input and output qparams."""
+    x_i, out = op.inputs[0], op.outputs[0]
+    dtype = _act_type(ctx, x_i)
+    _same_qparams(ctx, x_i, out)
+    align, half = options(op, "alignCorners", "halfPixelCenters")
+    if align and half:
+        raise Unsupported("align_corners with half_pixel_centers (TFLite refuses the pair)")
+    (_, h, w, _), (_, oh, ow, _) = ctx.tensor(x_i).shape, ctx.tensor(out).shape
+    y0, y1, wy = numerics_tflite.bilinear_taps(h, oh, bool(align), bool(half))
+    x0, x1, wx = numerics_tflite.bilinear_taps(w, ow, bool(align), bool(half))
+    b = ctx.b
+    x = b.op("Cast", [ctx.value(x_i)], to=ir.DataType.INT64, hint="as_int64")
+    rows = [b.op("Gather", [x, b.const(i, "rows")], axis=1, hint="rows") for i in (y0, y1)]
+    total = None
+    for r, wr in zip(rows, (1024 - wy, wy)):
+        for i, wc in zip((x0, x1), (1024 - wx, wx)):
+            tap = b.op("Gather", [r, b.const(i, "cols")], axis=2, hint="tap")
+            weight = (wr.reshape(1, -1, 1, 1) * wc.reshape(1, 1, -1, 1)).astype(np.int64)
+            term = b.op("Mul", [tap, b.const(weight, "weight_q20")], hint="weighted")
+            total = term if total is None else b.op("Add", [total, term], hint="sum_q20")
+    half_unit, unit = b.const(np.int64(1 << 19), "half_q20"), b.const(np.int64(1 << 20), "one_q20")
+    up = b.op("Div", [b.op("Add", [total, half_unit]), unit], hint="round_pos")
+    down = b.op("Div", [b.op("Sub", [total, half_unit]), unit], hint="round_neg")
+    y = b.op("Where", [b.op("Greater", [total, b.const(np.int64(0), "zero")]), up, down], hint="bilinear")
+    return [_typed(b.op("Cast", [y], to=int_type(dtype).onnx, hint="resized"), dtype)]
 
 
 def nearest_indices(in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool) -> np.ndarray:
