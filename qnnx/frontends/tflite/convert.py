@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from qnnx import numerics
 from qnnx.dialect import DOMAIN, VERSION
+from qnnx.dialect.qparams import check_graph
 from qnnx.errors import QnnxError
 from qnnx.frontends.tflite import float_rules, rules  # noqa: F401  (registers the rules)
 from qnnx.frontends.tflite.reader import TfliteModel, read
@@ -94,6 +95,7 @@ def convert(source, *, strict: bool = False) -> tuple[ir.Model, Report]:
         v.shape = ir.Shape(list(t.shape))
         graph.outputs.append(v)
     _cancel_transposes(graph)
+    check_graph(graph)  # the canonical model keeps the qparams rules of the dialect
     m = ir.Model(graph, ir_version=10, producer_name="qnnx.from_tflite")
     return m, report
 
