@@ -84,3 +84,21 @@ def test_cli_from_tflite_refuses(tmp_path, capsys):
     assert main(["from-tflite", str(mx), "-o", str(tmp_path / "x.onnx")]) == 1
     assert "operator 0 (MAXIMUM): no integer rule for MAXIMUM, and it has no float form either" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_corrupted_files_are_refused_in_one_line():
+    """Truncated files and flipped bytes in a real model's flatbuffer: converted, or a QnnxError,
+    never another exception."""
+    data = (DATA / "mltk_keyword_spotting.tflite").read_bytes()
+    rng = np.random.default_rng(26)
+    for k in range(120):
+        b = bytearray(data)
+        if k % 2:
+            b = b[: int(rng.integers(0, len(b)))]
+        else:
+            for _ in range(int(rng.integers(1, 6))):
+                b[int(rng.integers(len(b) - 6000, len(b)))] = int(rng.integers(0, 256))
+        try:
+            qnnx.from_tflite(bytes(b))
+        except QnnxError as e:
+            assert "\n" not in str(e)

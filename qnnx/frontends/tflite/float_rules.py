@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qnnx.frontends.tflite.registry import Context, Unsupported, float_rule, options
+from qnnx.frontends.tflite.registry import Context, Unsupported, arity, float_rule, options
 from qnnx.frontends.tflite.reader import Operator
 
 _UNARY = {"LOGISTIC": "Sigmoid", "TANH": "Tanh", "RELU": "Relu", "HARD_SWISH": "HardSwish"}
@@ -19,6 +19,7 @@ _UNARY = {"LOGISTIC": "Sigmoid", "TANH": "Tanh", "RELU": "Relu", "HARD_SWISH": "
 
 @float_rule(*_UNARY)
 def unary(op: Operator, ctx: Context):
+    arity(op, 1)
     return [ctx.b.op(_UNARY[op.opcode], [ctx.value(op.inputs[0])], hint=op.opcode.lower())]
 
 
@@ -28,16 +29,19 @@ def _clip(ctx: Context, v, lo: float, hi: float):
 
 @float_rule("RELU6")
 def relu6(op, ctx):
+    arity(op, 1)
     return [_clip(ctx, ctx.value(op.inputs[0]), 0.0, 6.0)]
 
 
 @float_rule("PRELU")
 def prelu(op, ctx):
+    arity(op, 2)
     return [ctx.b.op("PRelu", [ctx.value(op.inputs[0]), ctx.value(op.inputs[1])], hint="prelu")]
 
 
 @float_rule("SOFTMAX")
 def softmax(op, ctx):
+    arity(op, 1)
     (beta,) = options(op, "beta")
     x = ctx.value(op.inputs[0])
     if beta != 1.0:
@@ -50,6 +54,7 @@ _FUSED = {"NONE": None, "RELU": (0.0, np.inf), "RELU6": (0.0, 6.0), "RELU_N1_TO_
 
 @float_rule("ADD", "MUL")
 def binary(op, ctx):
+    arity(op, 2)
     y = ctx.b.op(op.opcode.capitalize(), [ctx.value(op.inputs[0]), ctx.value(op.inputs[1])], hint=op.opcode.lower())
     (act,) = options(op, "fusedActivationFunction")
     bounds = _FUSED.get(ctx.model.enum_name("act", act), "unsupported")

@@ -121,15 +121,22 @@ def read(model: str | Path | bytes) -> TfliteModel:
         oc = m.operatorCodes[op.opcodeIndex]
         code = max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode))
         name = enums["op"].get(code, f"BUILTIN_{code}")
-        custom = oc.customCode.decode() if isinstance(oc.customCode, bytes) else oc.customCode
+        custom = oc.customCode.decode("utf-8", "replace") if isinstance(oc.customCode, bytes) else oc.customCode
+        ids = [int(v) for v in (*(op.inputs if op.inputs is not None else []), *(op.outputs if op.outputs is not None else []))]
+        if any(v < -1 or v >= len(tensors) for v in ids):
+            raise QnnxError(f"operator {i} ({name}) refers to a tensor outside the {len(tensors)} of the subgraph")
         operators.append(Operator(i, name, [int(v) for v in (op.inputs if op.inputs is not None else [])],
                                   [int(v) for v in (op.outputs if op.outputs is not None else [])],
                                   op.builtinOptions, custom))
-    return TfliteModel(tensors, operators, [int(v) for v in sg.inputs], [int(v) for v in sg.outputs], enums)
+    ios = [int(v) for v in (*(sg.inputs if sg.inputs is not None else []), *(sg.outputs if sg.outputs is not None else []))]
+    if any(v < 0 or v >= len(tensors) for v in ios):
+        raise QnnxError(f"the subgraph's inputs or outputs refer to a tensor outside its {len(tensors)}")
+    return TfliteModel(tensors, operators, [int(v) for v in (sg.inputs if sg.inputs is not None else [])],
+                       [int(v) for v in (sg.outputs if sg.outputs is not None else [])], enums)
 
 
 def _tensor(i: int, t, m, data: bytes, enums) -> Tensor:
-    name = t.name.decode() if isinstance(t.name, bytes) else (t.name or f"tensor_{i}")
+    name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or f"tensor_{i}")
     dtype = enums["type"].get(t.type, str(t.type))
     shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
     if any(d < 0 for d in shape):

@@ -166,6 +166,13 @@ def clip(ctx: Context, v: ir.Value, lo: int, hi: int, dtype: str) -> ir.Value:
     return y
 
 
+def arity(op: Operator, inputs: int, outputs: int = 1) -> None:
+    """At least ``inputs`` inputs (present) and exactly ``outputs`` outputs, as the builtin has."""
+    if len(op.inputs) < inputs or any(i < 0 for i in op.inputs[:inputs]) or len(op.outputs) != outputs:
+        raise Unsupported(f"{op.opcode} takes {inputs} inputs and {outputs} output(s), got {len(op.inputs)} and "
+                          f"{len(op.outputs)}")
+
+
 def options(op: Operator, *names: str):
     """The builtin option values ``names`` of ``op`` (defaults 0 when the options are absent)."""
     o = op.options

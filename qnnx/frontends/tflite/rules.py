@@ -27,7 +27,7 @@ import onnx_ir as ir
 
 from qnnx import numerics, numerics_tflite
 from qnnx.dtypes import int_type
-from qnnx.frontends.tflite.registry import Context, Unsupported, options, tflite_rule
+from qnnx.frontends.tflite.registry import Context, Unsupported, arity, options, tflite_rule
 from qnnx.frontends.tflite.reader import Operator
 
 ACTIVATION_TYPES = ("int8", "int16")
@@ -38,6 +38,13 @@ def _act_type(ctx: Context, i: int) -> str:
     if t not in ACTIVATION_TYPES:
         raise Unsupported(f"{ctx.tensor(i).where} is {t}; integer rules take int8 or int16 activations")
     return t
+
+
+def _rank(ctx: Context, i: int, rank: int) -> tuple[int, ...]:
+    shape = ctx.tensor(i).shape
+    if len(shape) != rank:
+        raise Unsupported(f"{ctx.tensor(i).where} has rank {len(shape)}; expected {rank}")
+    return shape
 
 
 def _same_qparams(ctx: Context, a: int, b: int) -> None:
@@ -141,11 +148,14 @@ def _weights(ctx: Context, w_i: int, axis: int) -> tuple[np.ndarray, np.ndarray]
 
 @tflite_rule("CONV_2D", "DEPTHWISE_CONV_2D")
 def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
+    arity(op, 2)
     x_i, w_i = op.inputs[:2]
     bias_i = op.inputs[2] if len(op.inputs) > 2 else -1
     out = op.outputs[0]
     _act_type(ctx, x_i)
-    x_shape = ctx.tensor(x_i).shape
+    x_shape = _rank(ctx, x_i, 4)
+    _rank(ctx, w_i, 4)
+    _rank(ctx, out, 4)
     depthwise = op.opcode == "DEPTHWISE_CONV_2D"
     w, w_scale = _weights(ctx, w_i, 3 if depthwise else 0)
     sw, sh, dw, dh = options(op, "strideW", "strideH", "dilationWFactor", "dilationHFactor")
@@ -176,6 +186,7 @@ def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
 
 @tflite_rule("FULLY_CONNECTED")
 def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
+    arity(op, 2)
     x_i, w_i = op.inputs[:2]
     bias_i = op.inputs[2] if len(op.inputs) > 2 else -1
     out = op.outputs[0]
@@ -197,7 +208,7 @@ def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
     acc = ctx.qnnx("matmul", inputs)
     acc.type = ir.TensorType(ir.DataType.INT32)
     acc.shape = ir.Shape([int(np.prod(ctx.tensor(x_i).shape)) // depth, units])
-    a.type, a.shape = ctx.value(x_i).type, acc.shape.__class__([acc.shape[0], depth])
+    a.type, a.shape = ctx.value(x_i).type, ir.Shape([acc.shape[0], depth])
     # TFLite's reference FULLY_CONNECTED kernels multiply the accumulator by the double multiplier.
     y = _accumulator_requantize(ctx, op, acc, x_i, w_scale, bias_i, out, axis=-1, acc_zero_point=acc_zp,
                                 compute="double")
@@ -205,6 +216,7 @@ def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
 
 
 def _binary(op: Operator, ctx: Context, kind: str) -> list[ir.Value]:
+    arity(op, 2)
     a_i, b_i = op.inputs[:2]
     out = op.outputs[0]
     types = {_act_type(ctx, i) for i in (a_i, b_i, out)}
@@ -241,7 +253,10 @@ def _nchw_shape(ctx: Context, i: int) -> ir.Shape:
 
 
 def _pool_window(op: Operator, ctx: Context):
+    arity(op, 1)
     x_i, out = op.inputs[0], op.outputs[0]
+    _rank(ctx, x_i, 4)
+    _rank(ctx, out, 4)
     sw, sh, fw, fh = options(op, "strideW", "strideH", "filterWidth", "filterHeight")
     pads = _window(ctx, op, ctx.tensor(x_i).shape, (fh, fw), (sh, sw), (1, 1))
     return x_i, out, dict(kernel_shape=[fh, fw], strides=[sh, sw], pads=pads)
@@ -308,6 +323,7 @@ def _lut(ctx: Context, x_i: int, table: np.ndarray, out: int, axis: int | None =
 
 
 def _unary_qparams(ctx: Context, op: Operator):
+    arity(op, 1)
     x_i, out = op.inputs[0], op.outputs[0]
     dtype = _act_type(ctx, x_i)
     if _act_type(ctx, out) != dtype:
@@ -552,9 +568,12 @@ def resize_bilinear(op, ctx):
     weights (summing to 2**20), the sum divided by 2**20 ties away from zero (C division after
     adding +-2**19). Zero points are not subtracted: the weights sum to one, and TFLite requires
     equal input and output qparams."""
+    arity(op, 1)
     x_i, out = op.inputs[0], op.outputs[0]
     dtype = _act_type(ctx, x_i)
     _same_qparams(ctx, x_i, out)
+    _rank(ctx, x_i, 4)
+    _rank(ctx, out, 4)
     align, half = options(op, "alignCorners", "halfPixelCenters")
     if align and half:
         raise Unsupported("align_corners with half_pixel_centers (TFLite refuses the pair)")
@@ -592,10 +611,11 @@ def nearest_indices(in_size: int, out_size: int, align_corners: bool, half_pixel
 @tflite_rule("RESIZE_NEAREST_NEIGHBOR")
 def resize_nearest_neighbor(op, ctx):
     """Two Gathers (rows, then columns) with TFLite's source indices computed offline."""
+    arity(op, 1)
     x_i, out = op.inputs[0], op.outputs[0]
     _same_qparams(ctx, x_i, out)
     align, half = options(op, "alignCorners", "halfPixelCenters")
-    (_, h, w, _), (_, oh, ow, _) = ctx.tensor(x_i).shape, ctx.tensor(out).shape
+    (_, h, w, _), (_, oh, ow, _) = _rank(ctx, x_i, 4), _rank(ctx, out, 4)
     y = ctx.value(x_i)
     for axis, n, m in ((1, h, oh), (2, w, ow)):
         y = ctx.b.op("Gather", [y, ctx.b.const(nearest_indices(n, m, bool(align), bool(half)), "indices")], axis=axis,
