@@ -857,15 +857,16 @@ def tflite_softmax(x: np.ndarray, x_scale: float, out: IntType) -> np.ndarray:
 def check_tflite_softmax(t: IntType, x_scale, x_zero_point, out: IntType, y_scale, y_zero_point, axis: int,
                          ndim: int, rounding: str) -> None:
     """compute="tflite" softmax: int8 input (per-tensor), the last axis, rounding tflite, and
-    TFLite's fixed output qparams int8 (1/256, -128) (its int16 output runs another kernel)."""
+    the output qparams TFLite's kernel implies: int8 (1/256, -128) or int16 (1/65536, -32768) (the
+    kernel adds the type's minimum whatever the int16 output declares: other qparams are refused)."""
     if t.name != "int8":
         raise QnnxError(f"compute='tflite' softmax takes int8 input (TFLite's int16 softmax is another kernel), got {t.name}")
     if axis != ndim - 1:
         raise QnnxError("compute='tflite' softmax runs along the last axis")
     if rounding != "tflite":
         raise QnnxError(f"compute='tflite' softmax rounds as TFLite does (rounding='tflite'), got {rounding!r}")
-    want = {"int8": (1 / 256, -128)}.get(out.name)
+    want = {"int8": (1 / 256, -128), "int16": (1 / 65536, -32768)}.get(out.name)
     sy, zy = float(np.asarray(y_scale).reshape(())), int(np.asarray(y_zero_point).reshape(()))
     if want is None or abs(sy - want[0]) > 0.001 * want[0] or zy != want[1]:
-        raise QnnxError(f"compute='tflite' softmax outputs int8 (1/256, -128), got {out.name} "
+        raise QnnxError(f"compute='tflite' softmax outputs int8 (1/256, -128) or int16 (1/65536, -32768), got {out.name} "
                         f"({sy!r}, {zy})")

@@ -165,6 +165,21 @@ CASES["softmax_int8_coarse"] = (lambda: model("SOFTMAX", [T((4, 300), I8, 0.71, 
                                               opts("SoftmaxOptions", beta=1.0)), None)
 CASES["softmax_int8_fine"] = (lambda: model("SOFTMAX", [T((4, 33), I8, 0.0041, 20)], [T((4, 33), I8, 1 / 256, -128)],
                                             opts("SoftmaxOptions", beta=1.0)), None)
+CASES["softmax_int8_to_int16"] = (lambda: model("SOFTMAX", [T((5, 40), I8, 0.05, 0)], [T((5, 40), I16, 1 / 65536, -32768)],
+                                                opts("SoftmaxOptions", beta=1.0)), None)
+CASES["relu6_int16"] = (lambda: unary_case("RELU6", I16, (0.0003, 0), (0.0002, 0)), all_values(I16))
+CASES["dequantize_int16"] = (lambda: model("DEQUANTIZE", [T((1, 65536), I16, 0.0007, 0)], [T((1, 65536), np.float32)]),
+                             all_values(I16))
+CASES["requantize_int8_to_int16"] = (lambda: model("QUANTIZE", [T((1, 256), I8, 0.05, 2)], [T((1, 256), I16, 0.0003, 0)]),
+                                     all_values(I8))
+CASES["requantize_int16"] = (lambda: model("QUANTIZE", [T((1, 65536), I16, 0.0003, 0)], [T((1, 65536), I16, 0.0007, 0)]),
+                             all_values(I16))
+CASES["transpose_int16"] = (lambda: model("TRANSPOSE", [T((2, 4, 3), I16, 0.1, 0), T((3,), I32, data=np.array([2, 0, 1]))],
+                                          [T((3, 2, 4), I16, 0.1, 0)]), None)
+CASES["strided_slice_int16_negative_stride"] = (lambda: model(
+    "STRIDED_SLICE", [T((1, 8, 7, 4), I16, 0.1, 0), T((4,), I32, data=np.array([0, -1, 0, 0])),
+                      T((4,), I32, data=np.array([1, 0, 7, 4])), T((4,), I32, data=np.array([1, -3, 3, 2]))],
+    [T((1, 3, 3, 2), I16, 0.1, 0)], opts("StridedSliceOptions", beginMask=0, endMask=1)), None)
 CASES["quantize_float_to_int8"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I8, 0.02, -4)]), None)
 CASES["quantize_float_to_int16"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I16, 0.0002, 0)]), None)
 CASES["requantize_int8"] = (lambda: model("QUANTIZE", [T((1, 256), I8, 0.037, 5)], [T((1, 256), I8, 0.05, -3)]),
@@ -299,6 +314,11 @@ NEGATIVE = {
     "relu_mixed_types": (lambda: model("RELU", [T((1, 4), I8, 0.05, 0)], [T((1, 4), I16, 0.05, 0)]), "types differ"),
     "leaky_relu_int32": (lambda: model("LEAKY_RELU", [T((1, 4), I32, 0.05, 0)], [T((1, 4), I32, 0.05, 0)],
                                        opts("LeakyReluOptions", alpha=0.1)), "integer rules take int8 or int16"),
+    "prelu_int16": (lambda: model("PRELU", [T((1, 2, 3, 3), I16, 0.0005, 0), T((3,), I16, 0.001, 0,
+                                                                             data=np.array([-300, 20, 900]))],
+                                  [T((1, 2, 3, 3), I16, 0.0004, 0)]), "TFLite's int16 PRELU is not reproduced"),
+    "relu_n1_to_1_int16": (lambda: unary_case("RELU_N1_TO_1", I16, (0.0001, 0), (0.00004, 0)),
+                           "no int16 RELU_N1_TO_1 kernel"),
     "prelu_alpha_per_position": (lambda: model("PRELU", [T((1, 2, 3, 2), I8, 0.05, 0),
                                                          T((2, 3, 2), I8, 0.01, 0, data=np.ones((2, 3, 2)))],
                                                [T((1, 2, 3, 2), I8, 0.05, 0)]), "varies along more than the channels"),
@@ -328,8 +348,9 @@ NEGATIVE = {
                                                [T((1, 4, 4, 1), I8, 0.1, 1)]), "different qparams"),
     "softmax_int16_input": (lambda: model("SOFTMAX", [T((1, 10), I16, 0.001, 0)], [T((1, 10), I16, 1 / 32768, 0)],
                                           opts("SoftmaxOptions", beta=1.0)), "int16 SOFTMAX"),
-    "softmax_int8_to_int16": (lambda: model("SOFTMAX", [T((5, 12), I8, 0.05, 0)], [T((5, 12), I16, 1 / 32768, 0)],
-                                            opts("SoftmaxOptions", beta=1.0)), "outputs int8"),
+    "softmax_int8_to_int16_other_qparams": (lambda: model("SOFTMAX", [T((5, 12), I8, 0.05, 0)],
+                                                          [T((5, 12), I16, 1 / 32768, 0)], opts("SoftmaxOptions", beta=1.0)),
+                                            r"int16 \(1/65536, -32768\)"),
     "softmax_beta": (lambda: model("SOFTMAX", [T((1, 10), I8, 0.1, 0)], [T((1, 10), I8, 1 / 256, -128)],
                                    opts("SoftmaxOptions", beta=0.5)), "beta 0.5"),
     "resize_bilinear_rescaling": (lambda: model("RESIZE_BILINEAR", [T((1, 2, 2, 1), I8, 0.1, 0),

@@ -359,6 +359,8 @@ def hard_swish(op, ctx):
 @tflite_rule("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
 def relu(op, ctx):
     x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
+    if dtype == "int16" and op.opcode in ("RELU_N1_TO_1", "RELU_0_TO_1"):
+        raise Unsupported(f"TFLite has no int16 {op.opcode} kernel")
     name = {"RELU_0_TO_1": "NONE"}.get(op.opcode, op.opcode)
     lo, hi = numerics_tflite.activation_range(name, sy, zy, dtype)
     if op.opcode == "RELU_0_TO_1":
@@ -380,8 +382,8 @@ def prelu(op, ctx):
     x_i, alpha_i = op.inputs[:2]
     out = op.outputs[0]
     x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
-    if ctx.int_type(alpha_i) != dtype and ctx.int_type(alpha_i) != "int8":
-        raise Unsupported("alpha must be int8 or of the input's type")
+    if dtype != "int8" or ctx.int_type(alpha_i) != "int8":
+        raise Unsupported("int8 input and alpha only (TFLite's int16 PRELU is not reproduced)")
     alpha = np.asarray(ctx.const(alpha_i, "alpha"))
     qa = ctx.qparams(alpha_i)
     channels = ctx.tensor(x_i).shape[-1]
