@@ -35,7 +35,8 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
 ``"double"``      requantize and concat only: ``float64(x) * m`` with the float64 multiplier, then
                   rounded by the mode: TFLite's per-channel FULLY_CONNECTED reference kernel
                   (``round(double(acc) * effective_output_scale)``, ``tflite`` rounding).
-``"tflite"``      avg_pool and global_avg_pool only: TFLite's AVERAGE_POOL_2D (the raw window
+``"tflite"``      mul: the Q31 multiplier of ``sa * sb / sy`` computed in float32 (TFLite's MUL).
+                  avg_pool and global_avg_pool: TFLite's AVERAGE_POOL_2D (the raw window
                   sum, zero point included, divided by the count in integers, ties away from
                   zero: :func:`tflite_average`) and MEAN (the count divided into the Q31
                   multiplier: :func:`tflite_mean_multiplier`).
@@ -68,6 +69,7 @@ ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
 REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15", "double")
 BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
+MUL_COMPUTE_MODES: tuple[str, ...] = (*BINARY_COMPUTE_MODES, "tflite")  # mul: TFLite's float32 multiplier too
 SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas", "tflite")
 AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas", "tflite")
 GLOBAL_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "tflite")
@@ -515,14 +517,23 @@ def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     The product is exact in a 33-bit accumulator (two centered 16-bit operands
     need it; for 8-bit operands this is TFLite's int32 arithmetic unchanged).
     """
-    if check_compute(compute, BINARY_COMPUTE_MODES) == "mlas":
+    if check_compute(compute, MUL_COMPUTE_MODES) == "mlas":
         return _mlas_binary("mul", a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
                             out_dtype, rounding)
     o, _, _, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                                    y_zero_point, axis, out_dtype)
-    r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute,
-                        acc_bits=MUL_ACC_BITS)
+    r = scale_and_round(o["a"] * o["b"], mul_multiplier(o["sa"], o["sb"], o["sy"], compute), rounding=rounding,
+                        compute="fixed_point" if compute == "tflite" else compute, acc_bits=MUL_ACC_BITS)
     return saturate(r + o["zy"], ty)
+
+
+def mul_multiplier(sa, sb, sy, compute: str) -> np.ndarray:
+    """``sa * sb / sy``: in float64, or with ``compute="tflite"`` in float32 arithmetic (TFLite's MUL
+    prepare multiplies and divides the float scales, then widens to double) for its Q31 multiplier."""
+    if compute == "tflite":
+        f32 = np.float32
+        return ((np.asarray(sa, f32) * np.asarray(sb, f32)).astype(f32) / np.asarray(sy, f32)).astype(f32).astype(np.float64)
+    return np.asarray(sa, np.float64) * np.asarray(sb, np.float64) / np.asarray(sy, np.float64)
 
 
 def check_mlas_rounding(rounding: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnx.errors import QnnxError
-from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, GLOBAL_POOL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
+from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, GLOBAL_POOL_COMPUTE_MODES, MUL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
                             SOFTMAX_COMPUTE_MODES)
 
 DOMAIN = "qnnx"
@@ -140,6 +140,13 @@ def global_pool_compute_attr() -> Attribute:
 def binary_compute_attr() -> Attribute:
     return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multipliers, or `mlas`: ONNX "
                      "Runtime's own QLinearAdd/QLinearMul float32 recipe (8-bit, per-tensor)", BINARY_COMPUTE_MODES)
+
+
+def mul_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multipliers, `mlas`: ONNX "
+                     "Runtime's own QLinearMul float32 recipe (8-bit, per-tensor), or `tflite`: Q31 fixed point "
+                     "of the multiplier `a_scale * b_scale / y_scale` computed in float32 (TFLite's MUL)",
+                     MUL_COMPUTE_MODES)
 
 
 def softmax_compute_attr() -> Attribute:

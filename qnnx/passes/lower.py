@@ -548,9 +548,10 @@ def _mul(node, a, b):
     xa, xb, ta, tb, ty, p = _binary_params(node, a)
     ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
     cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
-    mult = p["a_scale"].astype(np.float64) * p["b_scale"].astype(np.float64) / p["y_scale"].astype(np.float64)
+    mult = numerics.mul_multiplier(p["a_scale"], p["b_scale"], p["y_scale"], a["compute"])
     r = la.scale_and_round(b, b.op("Mul", [ca, cb], hint="product"), mult, rounding=a["rounding"],
-                           compute=a["compute"], acc_bits=numerics.MUL_ACC_BITS)
+                           compute="fixed_point" if a["compute"] == "tflite" else a["compute"],
+                           acc_bits=numerics.MUL_ACC_BITS)
     return [_add_zero_point_and_cast(b, r, p["y_zero_point"].astype(np.int64), ty)]
 
 

@@ -296,6 +296,8 @@ NEGATIVE = {
                         "different types"),
     "mul_float_output": (lambda: model("MUL", [T((1, 4), I8, 0.05, 0), T((1, 4), I8, 0.05, 0)], [T((1, 4), np.float32)]),
                          "FLOAT32, not an integer type"),
+    "mul_int16_left_shift_would_wrap": (lambda: model("MUL", [T((1, 4), I16, 0.08, 0), T((1, 4), I16, 0.006, 0)],
+                                                      [T((1, 4), I16, 1.5e-5, 0)]), "would wrap around"),
     "sub_int16_pot_scales": (lambda: model("SUB", [T((1, 4), I16, 2 ** -10, 0), T((1, 4), I16, 2 ** -9, 0)],
                                            [T((1, 4), I16, 2 ** -8, 0)], opts("SubOptions", potScaleInt16=True)),
                              "shift-only kernel"),
@@ -397,3 +399,55 @@ def test_opcode_read_from_the_larger_field():
 def test_not_a_tflite_file():
     with pytest.raises(QnnxError, match="not a TFLite flatbuffer"):
         from_tflite(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [])).SerializeToString())
+
+
+def _sweep_case(kind: str, seed: int) -> bytes:
+    """A single-op model with random qparams (scales over decades, zero points over the range)."""
+    rng = np.random.default_rng(seed)
+    i16 = kind.endswith("16")
+    d = I16 if i16 else I8
+
+    def zp():
+        return 0 if i16 else int(rng.integers(-128, 128))
+
+    def scale(lo=-3.0, hi=0.0):
+        return float(10 ** rng.uniform(lo, hi))
+
+    if kind.startswith("conv"):
+        c, m = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        w, ws = _weights(rng, (m, 3, 3, c), 0)
+        sx = scale(-4 if i16 else -2, -1)
+        bias = T((m,), I64 if i16 else I32, sx * ws, 0, 0, rng.integers(-20000, 20000, m))
+        return model("CONV_2D", [T((1, 6, 7, c), d, sx, zp()), T(w.shape, I8, ws, 0, 0, w), bias],
+                     [T((1, 3, 4, m), d, scale(-3 if i16 else -1, 0), zp())],
+                     opts("Conv2DOptions", padding=0, strideW=2, strideH=2, fusedActivationFunction=int(rng.integers(0, 2))))
+    if kind.startswith("fc"):
+        w, ws = _weights(rng, (7, 20), 0)
+        sx = scale(-4 if i16 else -2, -1)
+        return model("FULLY_CONNECTED", [T((3, 20), d, sx, zp()), T(w.shape, I8, ws, 0, 0, w),
+                                         T((7,), I64 if i16 else I32, sx * ws, 0, 0, rng.integers(-9000, 9000, 7))],
+                     [T((3, 7), d, scale(-3 if i16 else -1, 0), zp())], opts("FullyConnectedOptions"))
+    if kind.startswith(("add", "mul")):
+        code = "ADD" if kind.startswith("add") else "MUL"
+        sa, sb = scale(), scale()
+        # MUL's output scale at least the product's (with 16 bits, anything smaller shifts int32 products left)
+        sy = scale(-3, 0) if code == "ADD" else sa * sb * float(10 ** rng.uniform(0, 2 if not i16 else 4))
+        return model(code, [T((2, 3, 4, 5), d, sa, zp()), T((1, 1, 4, 5), d, sb, zp())], [T((2, 3, 4, 5), d, sy, zp())],
+                     opts("AddOptions" if code == "ADD" else "MulOptions"))
+    if kind.startswith("mean"):
+        s = scale()
+        return model("MEAN", [T((1, 5, 6, 3), d, s, zp()), T((2,), I32, data=np.array([1, 2]))],
+                     [T((1, 3), d, s * float(rng.uniform(0.3, 3)), zp())], opts("ReducerOptions", keepDims=False))
+    if kind.startswith("softmax"):
+        return model("SOFTMAX", [T((4, 30), I8, scale(-3, 0.5), zp())], [T((4, 30), I8, 1 / 256, -128)],
+                     opts("SoftmaxOptions", beta=1.0))
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kind", ["conv8", "conv16", "fc8", "fc16", "add8", "add16", "mul8", "mul16", "mean8", "mean16",
+                                  "softmax8"])
+def test_random_qparams_match_reference_kernels(kind, seed):
+    data = _sweep_case(kind, seed)
+    rng = np.random.default_rng(seed + 100)
+    assert_exact(data, [_inputs_of(data, rng) for _ in range(3)])

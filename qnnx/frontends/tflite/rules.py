@@ -80,12 +80,15 @@ def _window(ctx: Context, op: Operator, x_shape, kernel, strides, dilations) -> 
 
 
 def _accumulator_requantize(ctx: Context, op: Operator, acc: ir.Value, x_i: int, w_scale: np.ndarray, bias_i: int,
-                            out: int, axis: int, acc_zero_point: np.ndarray | None, compute: str | None = None) -> ir.Value:
+                            out: int, axis: int, acc_zero_point: np.ndarray | None, compute: str | None = None,
+                            worst: float | None = None) -> ir.Value:
     """The requantize of an int32 accumulator to the output, with the MultiplyByQuantizedMultiplier
     TFLite's kernel uses for these types (module docstring)."""
     qx, qy = ctx.qparams(x_i), ctx.qparams(out)
     y_type = _act_type(ctx, out)
     acc_scale = np.float64(qx.scale[0]) * w_scale.astype(np.float64)
+    if worst is not None and compute != "double":
+        _check_left_shift(worst, acc_scale / np.float64(qy.scale[0]), op.opcode)
     if compute is None:
         bias64 = bias_i >= 0 and ctx.tensor(bias_i).dtype == "INT64"
         compute = "fixed_point_q15" if (_act_type(ctx, x_i) == "int16" and (bias64 or bias_i < 0)) else "fixed_point"
@@ -129,6 +132,15 @@ def _bias(ctx: Context, bias_i: int, x_i: int, w: np.ndarray) -> tuple[ir.Value 
     if (np.abs(excess) >= 2 ** 31).any():
         raise Unsupported("the int64 bias does not fit an int32 bias and zero point")
     return ctx.b.const(inner.astype(np.int32), "bias"), (-excess).astype(np.int32)
+
+
+def _worst_accumulator(ctx: Context, x_i: int, w: np.ndarray, bias_i: int) -> float:
+    """``max|x - zx| * sum|w| + |bias|`` over the output channels: the largest accumulator possible."""
+    t = int_type(_act_type(ctx, x_i))
+    zx = int(ctx.qparams(x_i).zero_point[0])
+    products = max(t.qmax - zx, zx - t.qmin) * np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1)
+    bias = np.abs(ctx.const(bias_i, "bias").astype(np.int64).reshape(-1)) if bias_i >= 0 else 0
+    return float((products + bias).max())
 
 
 def _weights(ctx: Context, w_i: int, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +192,8 @@ def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
     acc.type = ir.TensorType(ir.DataType.INT32)
     n, oh, ow, oc = ctx.tensor(out).shape
     acc.shape = ir.Shape([n, oc, oh, ow])
-    y = _accumulator_requantize(ctx, op, acc, x_i, w_scale_v, bias_i, out, axis=1, acc_zero_point=acc_zp)
+    y = _accumulator_requantize(ctx, op, acc, x_i, w_scale_v, bias_i, out, axis=1, acc_zero_point=acc_zp,
+                                worst=_worst_accumulator(ctx, x_i, kernel, bias_i))
     return [ctx.nhwc(y)]
 
 
@@ -215,6 +228,16 @@ def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
     return [ctx.b.op("Reshape", [y, ctx.b.const(np.array(ctx.tensor(out).shape, np.int64), "shape")], hint="fc_out")]
 
 
+def _check_left_shift(worst: float, multiplier, what: str) -> None:
+    """TFLite's MultiplyByQuantizedMultiplier shifts an int32 left by the multiplier's exponent when
+    it is above 1, and that shift wraps (C++ overflow) where qnnx saturates: refuse when the worst
+    case could reach it."""
+    _, shift = numerics.quantize_multiplier(np.max(np.asarray(multiplier, np.float64)))
+    if int(shift) > 0 and worst * float(1 << int(shift)) >= 2.0 ** 31:
+        raise Unsupported(f"{what}: a multiplier of {float(np.max(multiplier)):.4g} shifts the int32 value left by "
+                          f"{int(shift)} bits, where TFLite's kernel would wrap around (worst case {worst:.3g})")
+
+
 def _binary(op: Operator, ctx: Context, kind: str) -> list[ir.Value]:
     arity(op, 2)
     a_i, b_i = op.inputs[:2]
@@ -227,8 +250,16 @@ def _binary(op: Operator, ctx: Context, kind: str) -> list[ir.Value]:
         scales = [float(ctx.qparams(i).scale[0]) for i in (a_i, b_i, out)]
         if pot and all(np.frexp(s)[0] == 0.5 for s in scales):
             raise Unsupported("int16 with power-of-two scales runs TFLite's shift-only kernel, which has no rule")
+    if kind == "mul":
+        qa, qb, qy = (ctx.qparams(i) for i in (a_i, b_i, out))
+        t = int_type(next(iter(types)))
+        reach = [max(t.qmax - int(q.zero_point[0]), int(q.zero_point[0]) - t.qmin) for q in (qa, qb)]
+        _check_left_shift(float(reach[0] * reach[1]),
+                          numerics.mul_multiplier(qa.scale[0], qb.scale[0], qy.scale[0], "tflite"), "MUL")
+    # ADD/SUB derive their multipliers in double (numerics.add_multipliers); MUL in float32 (compute "tflite")
     y = ctx.qnnx(kind, [ctx.value(a_i), *ctx.qparam_values(a_i, "a_"), ctx.value(b_i), *ctx.qparam_values(b_i, "b_"),
-                        *ctx.qparam_values(out, "y_")], out_dtype=types.pop(), rounding="tflite", compute="fixed_point")
+                        *ctx.qparam_values(out, "y_")], out_dtype=types.pop(), rounding="tflite",
+                 compute="tflite" if kind == "mul" else "fixed_point")
     return [ctx.activation(op, y, out)]
 
 
