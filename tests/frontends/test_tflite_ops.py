@@ -438,6 +438,27 @@ def _sweep_case(kind: str, seed: int) -> bytes:
         s = scale()
         return model("MEAN", [T((1, 5, 6, 3), d, s, zp()), T((2,), I32, data=np.array([1, 2]))],
                      [T((1, 3), d, s * float(rng.uniform(0.3, 3)), zp())], opts("ReducerOptions", keepDims=False))
+    if kind.startswith("dw"):
+        c = int(rng.integers(1, 5))
+        w, ws = _weights(rng, (1, 3, 3, 2 * c), 3)
+        sx = scale(-4 if i16 else -2, -1)
+        bias = T((2 * c,), I64 if i16 else I32, sx * ws, 0, 0, rng.integers(-20000, 20000, 2 * c))
+        return model("DEPTHWISE_CONV_2D", [T((1, 7, 6, c), d, sx, zp()), T(w.shape, I8, ws, 0, 3, w), bias],
+                     [T((1, 7, 6, 2 * c), d, scale(-3 if i16 else -1, 0), zp())],
+                     opts("DepthwiseConv2DOptions", padding=0, strideW=1, strideH=1, depthMultiplier=2,
+                          fusedActivationFunction=int(rng.choice([0, 1, 3]))))
+    if kind.startswith("avgpool"):
+        s, z = scale(), zp()
+        return model("AVERAGE_POOL_2D", [T((1, 9, 8, 3), d, s, z)], [T((1, 5, 4, 3), d, s, z)],
+                     opts("Pool2DOptions", padding=0, strideW=2, strideH=2, filterWidth=int(rng.integers(1, 4)),
+                          filterHeight=int(rng.integers(1, 4))))
+    if kind.startswith("leaky"):
+        n = 1 << (16 if i16 else 8)
+        return model("LEAKY_RELU", [T((1, n), d, scale(), zp())], [T((1, n), d, scale(), zp())],
+                     opts("LeakyReluOptions", alpha=float(rng.uniform(-0.5, 0.9))))
+    if kind.startswith("requant"):
+        n = 1 << (16 if i16 else 8)
+        return model("QUANTIZE", [T((1, n), d, scale(), zp())], [T((1, n), I8, scale(), int(rng.integers(-128, 128)))])
     if kind.startswith("softmax"):
         return model("SOFTMAX", [T((4, 30), I8, scale(-3, 0.5), zp())], [T((4, 30), I8, 1 / 256, -128)],
                      opts("SoftmaxOptions", beta=1.0))
@@ -445,9 +466,14 @@ def _sweep_case(kind: str, seed: int) -> bytes:
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("kind", ["conv8", "conv16", "fc8", "fc16", "add8", "add16", "mul8", "mul16", "mean8", "mean16",
-                                  "softmax8"])
+@pytest.mark.parametrize("kind", ["conv8", "conv16", "dw8", "dw16", "fc8", "fc16", "add8", "add16", "mul8", "mul16",
+                                  "mean8", "mean16", "avgpool8", "avgpool16", "leaky8", "leaky16", "requant8",
+                                  "requant16", "softmax8"])
 def test_random_qparams_match_reference_kernels(kind, seed):
     data = _sweep_case(kind, seed)
-    rng = np.random.default_rng(seed + 100)
-    assert_exact(data, [_inputs_of(data, rng) for _ in range(3)])
+    if kind.startswith(("leaky", "requant")):  # every input value
+        feeds = [all_values(I16 if kind.endswith("16") else I8)]
+    else:
+        rng = np.random.default_rng(seed + 100)
+        feeds = [_inputs_of(data, rng) for _ in range(3)]
+    assert_exact(data, feeds)
