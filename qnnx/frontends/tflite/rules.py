@@ -27,6 +27,7 @@ import onnx_ir as ir
 
 from qnnx import numerics, numerics_tflite
 from qnnx.dtypes import int_type
+from qnnx.errors import QnnxError
 from qnnx.frontends.tflite.registry import Context, Unsupported, arity, options, tflite_rule
 from qnnx.frontends.tflite.reader import Operator
 
@@ -372,7 +373,7 @@ def _table(fn, op, ctx):
     x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
     try:
         table = fn(dtype, sx, zx, sy, zy)
-    except numerics.QnnxError as e:
+    except QnnxError as e:
         raise Unsupported(e.detail) from None
     return [_lut(ctx, x_i, table, out)]
 
@@ -441,7 +442,7 @@ def softmax(op, ctx):
         rank = len(ctx.tensor(x_i).shape)
         numerics.check_tflite_softmax(int_type("int8"), q.scale, q.zero_point, int_type(y_type), qy.scale[0],
                                       qy.zero_point[0], rank - 1, rank, "tflite")
-    except numerics.QnnxError as e:
+    except QnnxError as e:
         raise Unsupported(e.detail) from None
     return [ctx.qnnx("softmax", [ctx.value(x_i), *ctx.qparam_values(x_i, "x_"), *ctx.qparam_values(out, "y_")],
                      out_dtype=y_type, axis=-1, rounding="tflite", compute="tflite")]
