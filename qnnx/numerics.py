@@ -620,6 +620,8 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     ax = normalize_axis(axis, x.ndim)
     if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "tflite":
         check_tflite_softmax(t, s, x_zero_point, dtype, sy, zy, ax, x.ndim, rounding)
+        if t.name == "int16":
+            return tflite_softmax_int16(x, float(s.reshape(())))
         return tflite_softmax(x, float(s.reshape(())), dtype)
     if compute == "mlas":
         per_tensor_8bit("x", t, s, x_zero_point)
@@ -865,18 +867,104 @@ def tflite_softmax(x: np.ndarray, x_scale: float, out: IntType) -> np.ndarray:
     return saturate(y, out)
 
 
+def lut_populate_int16(fn, input_scale: float, input_zero_point: int, output_scale: float,
+                       output_zero_point: int) -> np.ndarray:
+    """TFLite's LUTPopulateInt16<double>: 512 segments over the int16 input range, each sample
+    ``round(f(x) * inv)`` nudged by half the error of linear interpolation at its midpoint, plus the
+    last point (513 entries), all in IEEE double with ``fn`` from the C library (Python's math)."""
+    import math
+
+    input_min = input_scale * (-32768 - input_zero_point)
+    input_max = input_scale * (32767 - input_zero_point)
+    output_min = output_scale * (-32768 - output_zero_point)
+    output_max = output_scale * (32767 - output_zero_point)
+    step = (input_max - input_min) / 512
+    half_step = step / 2
+    inv = 65536.0 / (output_max - output_min)
+
+    def rnd(v: float) -> float:  # TfLiteRound: std::round, ties away from zero
+        return math.copysign(math.floor(abs(v) + 0.5), v) if abs(v) - math.floor(abs(v)) != 0.5 else \
+            math.copysign(math.floor(abs(v)) + 1, v)
+
+    lut = []
+    for i in range(512):
+        val = fn(input_min + i * step)
+        val_mid = fn(input_min + i * step + half_step)
+        val_next = fn(input_min + (i + 1) * step)
+        sample = rnd(val * inv)
+        interp = rnd((val_next * inv + rnd(val * inv)) / 2)
+        bias = rnd((interp - rnd(val_mid * inv)) / 2)
+        lut.append(min(max(sample - bias, -32768.0), 32767.0))
+    lut.append(min(max(rnd(fn(input_max) * inv), -32768.0), 32767.0))
+    return np.array(lut, np.int64)
+
+
+def lut_lookup_int16(value: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """TFLite's LUTLookup for int16: entry ``256 + (v >> 7)`` plus the slope to the next entry times
+    the low 7 bits, rounded (``(slope * offset + 64) >> 7``)."""
+    v = np.asarray(value, np.int64)
+    index = 256 + (v >> 7)
+    base = lut[index]
+    delta = ((lut[index + 1] - base) * (v & 0x7F) + 64) >> 7
+    return (base + delta).astype(np.int16).astype(np.int64)
+
+
+def tflite_softmax_int16_tables(x_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's int16 softmax as two tables: the Q0.15 exp of every input difference ``d`` in
+    [-65535, 0] (index ``d + 65535``; the difference rescaled so that -65535 is -10.0, then the
+    interpolated exp LUT) and the Q0.15 reciprocal of every saturated int16 ``1 + x`` argument
+    (index ``v + 32768``; the interpolated 1/(1+x) LUT)."""
+    import math
+
+    exp_lut = lut_populate_int16(math.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
+    recip_lut = lut_populate_int16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
+    real = float(np.float32(x_scale)) / (10.0 / 65535.0)  # input_scale * beta (beta 1) over the LUT's step
+    m, shift = quantize_multiplier(real)
+    d = np.arange(-65535, 1, dtype=np.int64)
+    if int(shift) > 0 and 65535 * (1 << int(shift)) >= 1 << 31:
+        raise QnnxError(f"compute='tflite' int16 softmax: x_scale {x_scale!r} makes TFLite's rescaled difference "
+                        "wrap around int32")
+    scaled = multiply_by_quantized_multiplier(d, m, shift, "tflite")
+    exp = lut_lookup_int16(np.clip(scaled + 32767, -32768, 32767), exp_lut)
+    recip = lut_lookup_int16(np.arange(-32768, 32768, dtype=np.int64), recip_lut)
+    return exp, recip
+
+
+def tflite_softmax_int16(x: np.ndarray, x_scale: float) -> np.ndarray:
+    """TFLite's reference int16 SoftmaxInt16 along the last axis (beta 1): the exp of each difference
+    to the row maximum (:func:`tflite_softmax_int16_tables`), their int32 sum normalised by its
+    leading zeros to the reciprocal table's argument, each output ``(exp * 1/sum + half) >> (31 -
+    clz)``, clamped to [0, 32767]. Exact for rows of up to 65536 elements."""
+    xi = as_int64(x)
+    if xi.shape[-1] > 65536:
+        raise QnnxError(f"compute='tflite' int16 softmax takes rows of at most 65536 elements, got {xi.shape[-1]}")
+    exp_table, recip_table = tflite_softmax_int16_tables(x_scale)
+    e = exp_table[xi - xi.max(axis=-1, keepdims=True) + 65535]
+    total = e.sum(axis=-1, keepdims=True)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(total).astype(np.int64)
+    shifted = ((total << (clz - 1)) + (1 << 13)) >> 14
+    recip = recip_table[np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767) + 32768]
+    right = 31 - clz
+    y = (e * recip + (np.int64(1) << (right - 1))) >> right
+    return np.clip(y, 0, 32767).astype(np.int16)
+
+
 def check_tflite_softmax(t: IntType, x_scale, x_zero_point, out: IntType, y_scale, y_zero_point, axis: int,
                          ndim: int, rounding: str) -> None:
     """compute="tflite" softmax: int8 input (per-tensor), the last axis, rounding tflite, and
     the output qparams TFLite's kernel implies: int8 (1/256, -128) or int16 (1/65536, -32768) (the
     kernel adds the type's minimum whatever the int16 output declares: other qparams are refused)."""
-    if t.name != "int8":
-        raise QnnxError(f"compute='tflite' softmax takes int8 input (TFLite's int16 softmax is another kernel), got {t.name}")
+    if t.name not in ("int8", "int16"):
+        raise QnnxError(f"compute='tflite' softmax takes int8 or int16 input, got {t.name}")
     if axis != ndim - 1:
         raise QnnxError("compute='tflite' softmax runs along the last axis")
     if rounding != "tflite":
         raise QnnxError(f"compute='tflite' softmax rounds as TFLite does (rounding='tflite'), got {rounding!r}")
     want = {"int8": (1 / 256, -128), "int16": (1 / 65536, -32768)}.get(out.name)
+    if t.name == "int16":  # int16 -> int16 only, symmetric
+        want = (1 / 32768, 0) if out.name == "int16" else None
+        if int(np.asarray(x_zero_point).reshape(())) != 0:
+            raise QnnxError("compute='tflite' int16 softmax needs x_zero_point 0, as TFLite")
     sy, zy = float(np.asarray(y_scale).reshape(())), int(np.asarray(y_zero_point).reshape(()))
     if want is None or abs(sy - want[0]) > 0.001 * want[0] or zy != want[1]:
         raise QnnxError(f"compute='tflite' softmax outputs int8 (1/256, -128) or int16 (1/65536, -32768), got {out.name} "

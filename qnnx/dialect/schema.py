@@ -152,7 +152,8 @@ def mul_compute_attr() -> Attribute:
 def softmax_compute_attr() -> Attribute:
     return Attribute("compute", str, "exact", "`exact` (integer exp table), `mlas`: ONNX Runtime's "
                      "QLinearSoftmax float32 recipe (8-bit, per-tensor), or `tflite`: TFLite's int8 reference kernel "
-                     "(gemmlowp fixed point, last axis, int8 input, output int8 (1/256, -128) or int16 (1/65536, -32768))",
+                     "(last axis; int8 input: gemmlowp fixed point, output int8 (1/256, -128) or int16 (1/65536, -32768); "
+                     "int16 input and output (1/32768, 0): interpolated exp and reciprocal tables)",
                      SOFTMAX_COMPUTE_MODES)
 
 

@@ -632,6 +632,8 @@ def _softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t) -> ir.Value:
     rank = _rank(x, "x")
     numerics.check_tflite_softmax(t, sx, zx, out_t, sy, zy, numerics.normalize_axis(a["axis"], rank), rank,
                                   a["rounding"])
+    if t.name == "int16":
+        return _softmax_tflite_int16(b, x, float(np.asarray(sx).reshape(())))
     if not isinstance(x.shape[-1], int) or x.shape[-1] > 4096:
         raise QnnxError("compute='tflite' softmax needs a static last axis of at most 4096 elements to lower")
     x64 = la.to_i64(b, x)
@@ -641,16 +643,41 @@ def _softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t) -> ir.Value:
     e = b.op("Gather", [la.i64(b, table, "exp_table"), index], axis=0, hint="exp_q31")
     terms = la.rounding_divide_by_pot_var(b, e, la.i64(b, numerics.TFLITE_SOFTMAX_ACC_BITS, "acc_bits"))
     total = la.reduce(b, "ReduceSum", terms, [-1], "exp_sum")
-    powers = la.i64(b, np.left_shift(np.int64(1), np.arange(32, dtype=np.int64)), "powers")
-    at_least = b.op("GreaterOrEqual", [b.op("Unsqueeze", [total, la.i64(b, [-1], "last")]), powers], hint="at_least")
-    bits = b.op("ReduceSum", [la.bool_to_i64(b, at_least), la.i64(b, [-1], "last")], keepdims=0, hint="bit_length")
-    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), bits], hint="clz")
+    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), _bit_length(b, total)], hint="clz")
     shifted = b.op("Sub", [b.op("Mul", [total, la.pow2(b, clz)]), la.i64(b, 1 << 31, "two_p31")], hint="shifted_sum")
     recip = la.one_over_one_plus_x(b, shifted)
     exponent = b.op("Add", [clz, la.i64(b, -numerics.TFLITE_SOFTMAX_ACC_BITS - 31 + out_t.bits, "minus")], hint="neg_exp")
     exponent = b.op("Neg", [exponent], hint="exponent")
     y = la.rounding_divide_by_pot_var(b, la.srdhm_var(b, recip, e), exponent)
     return la.saturate_cast(b, b.op("Add", [y, la.i64(b, out_t.qmin, "out_min")], hint="plus_min"), out_t)
+
+
+def _bit_length(b: Builder, v: ir.Value) -> ir.Value:
+    """The bit length of positive int64 values below 2**32 (kept dims): comparisons with every power of two."""
+    powers = la.i64(b, np.left_shift(np.int64(1), np.arange(32, dtype=np.int64)), "powers")
+    at_least = b.op("GreaterOrEqual", [b.op("Unsqueeze", [v, la.i64(b, [-1], "last")]), powers], hint="at_least")
+    return b.op("ReduceSum", [la.bool_to_i64(b, at_least), la.i64(b, [-1], "last")], keepdims=0, hint="bit_length")
+
+
+def _softmax_tflite_int16(b: Builder, x: ir.Value, sx: float) -> ir.Value:
+    """numerics.tflite_softmax_int16: the two tables of numerics.tflite_softmax_int16_tables by
+    Gather, the sum's leading zeros, the rounded shift per row (non-negative: Div is the floor)."""
+    exp_table, recip_table = numerics.tflite_softmax_int16_tables(sx)
+    x64 = la.to_i64(b, x)
+    d = b.op("Sub", [x64, la.reduce(b, "ReduceMax", x64, [-1], "max")], hint="diff_to_max")
+    e = b.op("Gather", [la.i64(b, exp_table, "exp_q015"), b.op("Add", [d, la.i64(b, 65535, "offset")])], axis=0,
+             hint="exp")
+    total = la.reduce(b, "ReduceSum", e, [-1], "exp_sum")
+    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), _bit_length(b, total)], hint="clz")
+    shifted = b.op("Div", [b.op("Add", [b.op("Mul", [total, la.pow2(b, b.op("Sub", [clz, la.i64(b, 1, "one")]))]),
+                                        la.i64(b, 1 << 13, "half_q14")]), la.i64(b, 1 << 14, "q14")], hint="shifted_sum")
+    arg = la.clamp_i64(b, b.op("Sub", [shifted, la.i64(b, (1 << 15) + (1 << 16), "recenter")]), -32768, 32767, "sym")
+    recip = b.op("Gather", [la.i64(b, recip_table, "recip_q015"), b.op("Add", [arg, la.i64(b, 32768, "offset16")])],
+                 axis=0, hint="reciprocal")
+    right = b.op("Sub", [la.i64(b, 31, "thirty_one"), clz], hint="right_shift")
+    half = la.pow2(b, b.op("Sub", [right, la.i64(b, 1, "one")]))
+    y = b.op("Div", [b.op("Add", [b.op("Mul", [e, recip]), half]), la.pow2(b, right)], hint="scaled")
+    return la.saturate_cast(b, la.clamp_i64(b, y, 0, 32767, "unit"), int_type("int16"))
 
 
 def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:

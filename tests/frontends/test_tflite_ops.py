@@ -180,6 +180,9 @@ CASES["strided_slice_int16_negative_stride"] = (lambda: model(
     "STRIDED_SLICE", [T((1, 8, 7, 4), I16, 0.1, 0), T((4,), I32, data=np.array([0, -1, 0, 0])),
                       T((4,), I32, data=np.array([1, 0, 7, 4])), T((4,), I32, data=np.array([1, -3, 3, 2]))],
     [T((1, 3, 3, 2), I16, 0.1, 0)], opts("StridedSliceOptions", beginMask=0, endMask=1)), None)
+for _k, _sx in enumerate((0.0003, 0.00004, 0.002)):
+    CASES[f"softmax_int16_{_k}"] = (lambda sx=_sx: model("SOFTMAX", [T((5, 70), I16, sx, 0)], [T((5, 70), I16, 1 / 32768, 0)],
+                                                        opts("SoftmaxOptions", beta=1.0)), None)
 CASES["quantize_float_to_int8"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I8, 0.02, -4)]), None)
 CASES["quantize_float_to_int16"] = (lambda: model("QUANTIZE", [T((3, 50), np.float32)], [T((3, 50), I16, 0.0002, 0)]), None)
 CASES["requantize_int8"] = (lambda: model("QUANTIZE", [T((1, 256), I8, 0.037, 5)], [T((1, 256), I8, 0.05, -3)]),
@@ -348,8 +351,8 @@ NEGATIVE = {
     "resize_nearest_rescaling": (lambda: model("RESIZE_NEAREST_NEIGHBOR", [T((1, 2, 2, 1), I8, 0.1, 0),
                                                                            T((2,), I32, data=np.array([4, 4]))],
                                                [T((1, 4, 4, 1), I8, 0.1, 1)]), "different qparams"),
-    "softmax_int16_input": (lambda: model("SOFTMAX", [T((1, 10), I16, 0.001, 0)], [T((1, 10), I16, 1 / 32768, 0)],
-                                          opts("SoftmaxOptions", beta=1.0)), "int16 SOFTMAX"),
+    "softmax_int16_zero_point": (lambda: model("SOFTMAX", [T((1, 10), I16, 0.001, 3)], [T((1, 10), I16, 1 / 32768, 0)],
+                                               opts("SoftmaxOptions", beta=1.0)), "x_zero_point 0"),
     "softmax_int8_to_int16_other_qparams": (lambda: model("SOFTMAX", [T((5, 12), I8, 0.05, 0)],
                                                           [T((5, 12), I16, 1 / 32768, 0)], opts("SoftmaxOptions", beta=1.0)),
                                             r"int16 \(1/65536, -32768\)"),
@@ -459,6 +462,9 @@ def _sweep_case(kind: str, seed: int) -> bytes:
     if kind.startswith("requant"):
         n = 1 << (16 if i16 else 8)
         return model("QUANTIZE", [T((1, n), d, scale(), zp())], [T((1, n), I8, scale(), int(rng.integers(-128, 128)))])
+    if kind == "softmax16":
+        return model("SOFTMAX", [T((4, 30), I16, scale(-5, -2), 0)], [T((4, 30), I16, 1 / 32768, 0)],
+                     opts("SoftmaxOptions", beta=1.0))
     if kind.startswith("softmax"):
         return model("SOFTMAX", [T((4, 30), I8, scale(-3, 0.5), zp())], [T((4, 30), I8, 1 / 256, -128)],
                      opts("SoftmaxOptions", beta=1.0))
@@ -468,7 +474,7 @@ def _sweep_case(kind: str, seed: int) -> bytes:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("kind", ["conv8", "conv16", "dw8", "dw16", "fc8", "fc16", "add8", "add16", "mul8", "mul16",
                                   "mean8", "mean16", "avgpool8", "avgpool16", "leaky8", "leaky16", "requant8",
-                                  "requant16", "softmax8"])
+                                  "requant16", "softmax8", "softmax16"])
 def test_random_qparams_match_reference_kernels(kind, seed):
     data = _sweep_case(kind, seed)
     if kind.startswith(("leaky", "requant")):  # every input value

@@ -429,10 +429,11 @@ def prelu(op, ctx):
 
 @tflite_rule("SOFTMAX")
 def softmax(op, ctx):
-    """int8 input, int8 or int16 output, beta 1: qnnx.softmax with TFLite's fixed-point kernel."""
+    """int8 input (int8 or int16 output) or int16 input and output, beta 1: qnnx.softmax with
+    TFLite's kernels (gemmlowp fixed point for int8, interpolated exp and reciprocal tables for int16)."""
+    arity(op, 1)
     x_i, out = op.inputs[0], op.outputs[0]
-    if ctx.int_type(x_i) != "int8":
-        raise Unsupported("int16 SOFTMAX (TFLite's table kernel) has no rule yet")
+    x_type = _act_type(ctx, x_i)
     (beta,) = options(op, "beta")
     if beta != 1.0:
         raise Unsupported(f"beta {beta}: the integer rule takes beta 1")
@@ -440,8 +441,10 @@ def softmax(op, ctx):
     try:
         q, qy = ctx.qparams(x_i), ctx.qparams(out)
         rank = len(ctx.tensor(x_i).shape)
-        numerics.check_tflite_softmax(int_type("int8"), q.scale, q.zero_point, int_type(y_type), qy.scale[0],
+        numerics.check_tflite_softmax(int_type(x_type), q.scale, q.zero_point, int_type(y_type), qy.scale[0],
                                       qy.zero_point[0], rank - 1, rank, "tflite")
+        if x_type == "int16":
+            numerics.tflite_softmax_int16_tables(float(q.scale[0]))  # refuses a scale TFLite would wrap on
     except QnnxError as e:
         raise Unsupported(e.detail) from None
     return [ctx.qnnx("softmax", [ctx.value(x_i), *ctx.qparam_values(x_i, "x_"), *ctx.qparam_values(out, "y_")],
