@@ -251,12 +251,16 @@ def _binary(op: Operator, ctx: Context, kind: str) -> list[ir.Value]:
         scales = [float(ctx.qparams(i).scale[0]) for i in (a_i, b_i, out)]
         if pot and all(np.frexp(s)[0] == 0.5 for s in scales):
             raise Unsupported("int16 with power-of-two scales runs TFLite's shift-only kernel, which has no rule")
+    qa, qb, qy = (ctx.qparams(i) for i in (a_i, b_i, out))
+    t = int_type(next(iter(types)))
+    reach = [max(t.qmax - int(q.zero_point[0]), int(q.zero_point[0]) - t.qmin) for q in (qa, qb)]
     if kind == "mul":
-        qa, qb, qy = (ctx.qparams(i) for i in (a_i, b_i, out))
-        t = int_type(next(iter(types)))
-        reach = [max(t.qmax - int(q.zero_point[0]), int(q.zero_point[0]) - t.qmin) for q in (qa, qb)]
         _check_left_shift(float(reach[0] * reach[1]),
                           numerics.mul_multiplier(qa.scale[0], qb.scale[0], qy.scale[0], "tflite"), "MUL")
+    else:  # the sum of the two rescaled, left-shifted inputs, then the output multiplier
+        ls = numerics.add_left_shift(t.name, t.name)
+        ma, mb, my = numerics.add_multipliers(np.float64(qa.scale[0]), np.float64(qb.scale[0]), np.float64(qy.scale[0]), ls)
+        _check_left_shift(float((reach[0] * ma + reach[1] * mb) * (1 << ls)) + 2, my, op.opcode)
     # ADD/SUB derive their multipliers in double (numerics.add_multipliers); MUL in float32 (compute "tflite")
     y = ctx.qnnx(kind, [ctx.value(a_i), *ctx.qparam_values(a_i, "a_"), ctx.value(b_i), *ctx.qparam_values(b_i, "b_"),
                         *ctx.qparam_values(out, "y_")], out_dtype=types.pop(), rounding="tflite",
