@@ -302,7 +302,7 @@ NEGATIVE = {
     "mul_int16_left_shift_would_wrap": (lambda: model("MUL", [T((1, 4), I16, 0.08, 0), T((1, 4), I16, 0.006, 0)],
                                                       [T((1, 4), I16, 1.5e-5, 0)]), "would wrap around"),
     "add_output_multiplier_would_wrap": (lambda: model("ADD", [T((1, 4), I8, 0.5, 0), T((1, 4), I8, 0.4, 0)],
-                                                       [T((1, 4), I8, 1e-7, 0)]), "would wrap around"),
+                                                       [T((1, 4), I8, 1e-8, 0)]), "would wrap around"),
     "sub_int16_pot_scales": (lambda: model("SUB", [T((1, 4), I16, 2 ** -10, 0), T((1, 4), I16, 2 ** -9, 0)],
                                            [T((1, 4), I16, 2 ** -8, 0)], opts("SubOptions", potScaleInt16=True)),
                              "shift-only kernel"),
