@@ -167,6 +167,10 @@ CASES["softmax_int8_fine"] = (lambda: model("SOFTMAX", [T((4, 33), I8, 0.0041, 2
                                             opts("SoftmaxOptions", beta=1.0)), None)
 CASES["softmax_int8_to_int16"] = (lambda: model("SOFTMAX", [T((5, 40), I8, 0.05, 0)], [T((5, 40), I16, 1 / 65536, -32768)],
                                                 opts("SoftmaxOptions", beta=1.0)), None)
+CASES["prelu_int16_int8_alpha"] = (lambda: model("PRELU", [T((1, 256, 3), I16, 0.0005, 0),
+                                                            T((3,), I8, 0.01, 2, data=np.array([-100, 20, 90]))],
+                                                  [T((1, 256, 3), I16, 0.0004, 0)]),
+                                    [np.arange(-32768, 32768, dtype=I16).reshape(1, 256, 256)[:, :, :3].copy()])
 CASES["relu6_int16"] = (lambda: unary_case("RELU6", I16, (0.0003, 0), (0.0002, 0)), all_values(I16))
 CASES["dequantize_int16"] = (lambda: model("DEQUANTIZE", [T((1, 65536), I16, 0.0007, 0)], [T((1, 65536), np.float32)]),
                              all_values(I16))
@@ -321,9 +325,9 @@ NEGATIVE = {
     "relu_mixed_types": (lambda: model("RELU", [T((1, 4), I8, 0.05, 0)], [T((1, 4), I16, 0.05, 0)]), "types differ"),
     "leaky_relu_int32": (lambda: model("LEAKY_RELU", [T((1, 4), I32, 0.05, 0)], [T((1, 4), I32, 0.05, 0)],
                                        opts("LeakyReluOptions", alpha=0.1)), "integer rules take int8 or int16"),
-    "prelu_int16": (lambda: model("PRELU", [T((1, 2, 3, 3), I16, 0.0005, 0), T((3,), I16, 0.001, 0,
-                                                                             data=np.array([-300, 20, 900]))],
-                                  [T((1, 2, 3, 3), I16, 0.0004, 0)]), "TFLite's int16 PRELU is not reproduced"),
+    "prelu_int16_alpha": (lambda: model("PRELU", [T((1, 2, 3, 3), I16, 0.0005, 0), T((3,), I16, 0.001, 0,
+                                                                                   data=np.array([-300, 20, 900]))],
+                                        [T((1, 2, 3, 3), I16, 0.0004, 0)]), "takes an int8 alpha"),
     "relu_n1_to_1_int16": (lambda: unary_case("RELU_N1_TO_1", I16, (0.0001, 0), (0.00004, 0)),
                            "no int16 RELU_N1_TO_1 kernel"),
     "prelu_alpha_per_position": (lambda: model("PRELU", [T((1, 2, 3, 2), I8, 0.05, 0),

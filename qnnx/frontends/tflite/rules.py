@@ -418,8 +418,8 @@ def prelu(op, ctx):
     x_i, alpha_i = op.inputs[:2]
     out = op.outputs[0]
     x_i, out, dtype, sx, zx, sy, zy = _unary_qparams(ctx, op)
-    if dtype != "int8" or ctx.int_type(alpha_i) != "int8":
-        raise Unsupported("int8 input and alpha only (TFLite's int16 PRELU is not reproduced)")
+    if ctx.int_type(alpha_i) != "int8":  # TFLite's integer PRELU reads alpha's data as int8 whatever its type
+        raise Unsupported(f"alpha is {ctx.int_type(alpha_i)}; TFLite's integer PRELU takes an int8 alpha")
     alpha = np.asarray(ctx.const(alpha_i, "alpha"))
     qa = ctx.qparams(alpha_i)
     channels = ctx.tensor(x_i).shape[-1]
