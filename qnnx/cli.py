@@ -161,6 +161,25 @@ def from_qdq(model: Annotated[str, _model("QDQ / QOperator .onnx file (never mod
     show_lines(f"{report.summary()}\nwrote {out}")
 
 
+@app.command("from-tflite", cls=PanelCommand, short_help='full-integer .tflite model -> canonical integer form',
+             help=('Import a full-integer TFLite model (int8, or int16 activations with int8 weights) into the '
+                   'canonical qnnx integer form, with the arithmetic of LiteRT\'s reference kernels; inputs and '
+                   'outputs keep their names, integer types and NHWC shapes. Lists any op left in float.'))
+def from_tflite(model: Annotated[str, _model(".tflite file (never modified)")],
+                output: Output,
+                strict: Annotated[bool, typer.Option("--strict", help="fail, naming them, if any op stays in float")]
+                = False) -> None:
+    from qnnx.frontends.tflite import convert
+    from qnnx.ir import save_model
+    from qnnx.terminal import show_lines
+
+    out = _output_path(output, model)
+    m, report = convert(model, strict=strict)
+    m.metadata_props["qnnx.left_in_float"] = "; ".join(f"{n} ({op}): {why}" for n, op, why in report.left_in_float)
+    save_model(m, out)
+    show_lines("\n".join([*report.lines(), f"wrote {out}"]))
+
+
 @app.command("lower", cls=PanelCommand, short_help='qnnx / ONNX quant ops -> plain ONNX, bit-exact on ONNX Runtime',
              help=('Import, then lower every qnnx op to standard ONNX ops that give bit-identical results on any '
                    'ONNX runtime.'))

@@ -27,6 +27,19 @@ Compute modes of a requantization by ``m = input_scale / output_scale``:
                   and rounded once by the mode (twice for ``tflite``).
 ``"float"``       ``float32(x) * float32(m)`` in float32, then rounded by the
                   mode (the arithmetic of ORT's QLinear kernels).
+``"fixed_point_q15"`` requantize and concat only: the Q31 multiplier reduced to Q15
+                  (``(M + 2**15) >> 16``, 0x7FFF at most), ``x * M15`` exact in int64 and
+                  rounded once by the mode: with ``upward`` this is TFLite's
+                  ``MultiplyByQuantizedMultiplier`` for int64 accumulators (its 16x8 conv,
+                  depthwise conv and fully connected kernels with an int64 bias).
+``"double"``      requantize and concat only: ``float64(x) * m`` with the float64 multiplier, then
+                  rounded by the mode: TFLite's per-channel FULLY_CONNECTED reference kernel
+                  (``round(double(acc) * effective_output_scale)``, ``tflite`` rounding).
+``"tflite"``      mul: the Q31 multiplier of ``sa * sb / sy`` computed in float32 (TFLite's MUL).
+                  avg_pool and global_avg_pool: TFLite's AVERAGE_POOL_2D (the raw window
+                  sum, zero point included, divided by the count in integers, ties away from
+                  zero: :func:`tflite_average`) and MEAN (the count divided into the Q31
+                  multiplier: :func:`tflite_mean_multiplier`).
 ``"mlas"``        add, mul, softmax and avg_pool only: ONNX Runtime's QLinearAdd /
                   QLinearMul / QLinearSoftmax / QLinearAveragePool float32 recipes on x86-64, step by step
                   (:mod:`qnnx.numerics_mlas`), so an ORT-quantized model converts to a
@@ -54,10 +67,13 @@ Rounding = Literal["tflite", "upward", "tonearest", "half_even"]
 Compute = Literal["fixed_point", "float"]
 ROUNDING_MODES: tuple[str, ...] = ("tflite", "upward", "tonearest", "half_even")
 COMPUTE_MODES: tuple[str, ...] = ("fixed_point", "float")
-REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq")
+REQUANTIZE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "qdq", "fixed_point_q15", "double")
 BINARY_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")  # add and mul: ORT's QLinearAdd/Mul too
-SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas")
-AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas")
+MUL_COMPUTE_MODES: tuple[str, ...] = (*BINARY_COMPUTE_MODES, "tflite")  # mul: TFLite's float32 multiplier too
+SOFTMAX_COMPUTE_MODES: tuple[str, ...] = ("exact", "mlas", "tflite")
+AVG_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "mlas", "tflite")
+GLOBAL_POOL_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "tflite")
+SCALE_COMPUTE_MODES: tuple[str, ...] = (*COMPUTE_MODES, "fixed_point_q15", "double")  # what scale_and_round takes
 
 MUL_ACC_BITS = 33  # |a' * b'| < 2**32 for centered 16-bit operands
 INT32_MIN = -(1 << 31)
@@ -243,6 +259,11 @@ def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
     return (x >> exponent) + (remainder > threshold)
 
 
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT of integers (held in int64) by ``2**exponent``: ties away from zero."""
+    return _rounding_divide_by_pot(np.asarray(x, np.int64), np.asarray(exponent, np.int64))
+
+
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
                                      rounding: str, acc_bits: int = 32) -> np.ndarray:
     """``round(x * M * 2**(shift-31))`` for ``x`` in a signed ``acc_bits``-bit accumulator.
@@ -279,13 +300,47 @@ def scale_and_round(x: np.ndarray, multiplier, *, rounding: str, compute: str, a
     a signed ``acc_bits``-bit accumulator first (32 everywhere but mul).
     """
     check_rounding(rounding)
-    check_compute(compute)
+    check_compute(compute, SCALE_COMPUTE_MODES)
     x = saturate_acc(np.asarray(x, dtype=np.int64), acc_bits)
     if compute == "float":
         v = x.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
         return _float_to_int64(round_float(v, rounding))
+    if compute == "double":
+        return _float_to_int64(round_float(x.astype(np.float64) * np.asarray(multiplier, np.float64), rounding))
     m, shift = quantize_multiplier(multiplier)
+    if compute == "fixed_point_q15":
+        m15, shift = q15_multiplier(m, shift)
+        return rounding_right_shift(x * m15, 15 - shift, rounding)
     return multiply_by_quantized_multiplier(x, m, shift, rounding, acc_bits)
+
+
+def q15_multiplier(m, shift) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's Q31 -> Q15 reduction of a multiplier for int64 accumulators: ``(M + 2**15) >> 16``,
+    0x7FFF from ``M >= 0x7FFF0000`` on (so the rounding never carries into bit 15). The shift must
+    stay at most 14 (TFLite asserts below 8) so that at least one bit is rounded away."""
+    m, shift = np.asarray(m, np.int64), np.asarray(shift, np.int64)
+    if (shift > 14).any():
+        raise QnnxError(f"fixed_point_q15 needs a multiplier below 2**14, got shift {int(shift.max())}")
+    return np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF), shift
+
+
+def tflite_average(sums: np.ndarray, count) -> np.ndarray:
+    """TFLite's integer average of a window: ``sums / count`` in C integer division after adding
+    ``count // 2`` away from zero (ties away from zero). ``sums`` are raw sums, zero point included."""
+    s = np.asarray(sums, np.int64)
+    n = np.asarray(count, np.int64)
+    half = n // 2
+    return np.where(s > 0, (s + half) // n, -((-s + half) // n))
+
+
+def tflite_mean_multiplier(real, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's MEAN: the Q31 multiplier and shift of ``real`` (``x_scale / y_scale``) with the
+    element count divided into the multiplier: ``s = min(floor(log2 count), 32, 31 + shift)``,
+    ``M' = (M << s) // count``, ``shift' = shift - s`` (C integer division; ``M'`` is not
+    renormalized, so it is applied as is by ``multiply_by_quantized_multiplier``)."""
+    m, shift = quantize_multiplier(real)
+    s = np.minimum(np.minimum(int(count).bit_length() - 1, 32), 31 + shift)
+    return (m << s) // int(count), shift - s
 
 
 def _float_to_int64(r: np.ndarray) -> np.ndarray:
@@ -354,8 +409,15 @@ def requantize(x, input_scale, input_zero_point, output_scale, output_zero_point
         real = (as_int64(x) - zi).astype(np.float32) * si.astype(np.float32)
         r = _float_to_int64(round_float(real / so.astype(np.float32), check_rounding(rounding)))
     else:
-        r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute)
+        r = scale_and_round(as_int64(x) - zi, requantize_multiplier(si, so), rounding=rounding, compute=compute,
+                            acc_bits=requantize_acc_bits(compute))
     return saturate(r + zo, dtype)
+
+
+def requantize_acc_bits(compute: str) -> int:
+    """Width ``x - input_zero_point`` saturates to: 32, or 48 for ``fixed_point_q15`` (TFLite's int64
+    accumulators, whose MultiplyByQuantizedMultiplier assumes ``|x| < 2**47``)."""
+    return 48 if compute == "fixed_point_q15" else 32
 
 
 def simulated_quantize(x, scale, zero_point=0, *, axis: int = -1, out_dtype: str = "int8",
@@ -455,14 +517,23 @@ def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     The product is exact in a 33-bit accumulator (two centered 16-bit operands
     need it; for 8-bit operands this is TFLite's int32 arithmetic unchanged).
     """
-    if check_compute(compute, BINARY_COMPUTE_MODES) == "mlas":
+    if check_compute(compute, MUL_COMPUTE_MODES) == "mlas":
         return _mlas_binary("mul", a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
                             out_dtype, rounding)
     o, _, _, ty = _binary_operands(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                                    y_zero_point, axis, out_dtype)
-    r = scale_and_round(o["a"] * o["b"], o["sa"] * o["sb"] / o["sy"], rounding=rounding, compute=compute,
-                        acc_bits=MUL_ACC_BITS)
+    r = scale_and_round(o["a"] * o["b"], mul_multiplier(o["sa"], o["sb"], o["sy"], compute), rounding=rounding,
+                        compute="fixed_point" if compute == "tflite" else compute, acc_bits=MUL_ACC_BITS)
     return saturate(r + o["zy"], ty)
+
+
+def mul_multiplier(sa, sb, sy, compute: str) -> np.ndarray:
+    """``sa * sb / sy``: in float64, or with ``compute="tflite"`` in float32 arithmetic (TFLite's MUL
+    prepare multiplies and divides the float scales, then widens to double) for its Q31 multiplier."""
+    if compute == "tflite":
+        f32 = np.float32
+        return ((np.asarray(sa, f32) * np.asarray(sb, f32)).astype(f32) / np.asarray(sy, f32)).astype(f32).astype(np.float64)
+    return np.asarray(sa, np.float64) * np.asarray(sb, np.float64) / np.asarray(sy, np.float64)
 
 
 def check_mlas_rounding(rounding: str) -> None:
@@ -526,8 +597,9 @@ def softmax_exp_table(x_scale, bits: int) -> np.ndarray:
 
 def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, out_dtype: str = "uint8",
             rounding: str = "half_even", compute: str = "exact") -> np.ndarray:
-    """Quantized softmax, exact and reproducible on any runtime (``compute="exact"``), or ONNX
-    Runtime's QLinearSoftmax recipe (``compute="mlas"``, :func:`qnnx.numerics_mlas.softmax`).
+    """Quantized softmax, exact and reproducible on any runtime (``compute="exact"``), ONNX
+    Runtime's QLinearSoftmax recipe (``compute="mlas"``, :func:`qnnx.numerics_mlas.softmax`), or
+    TFLite's int8 reference kernel (``compute="tflite"``, :func:`tflite_softmax`).
 
     ``d = max(x) - x`` along ``axis`` (the zero point cancels); ``e = T[d]`` with
     the integer table :func:`softmax_exp_table`; ``S = sum(e)`` exactly in int64;
@@ -546,7 +618,12 @@ def softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, axis: int = -1, 
     if sy.size != 1 or zy.size != 1:
         raise QnnxError("softmax needs per-tensor output qparams")
     ax = normalize_axis(axis, x.ndim)
-    if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "mlas":
+    if check_compute(compute, SOFTMAX_COMPUTE_MODES) == "tflite":
+        check_tflite_softmax(t, s, x_zero_point, dtype, sy, zy, ax, x.ndim, rounding)
+        if t.name == "int16":
+            return tflite_softmax_int16(x, float(s.reshape(())))
+        return tflite_softmax(x, float(s.reshape(())), dtype)
+    if compute == "mlas":
         per_tensor_8bit("x", t, s, x_zero_point)
         per_tensor_8bit("y", dtype, sy, zy)
         check_mlas_rounding(rounding)
@@ -685,3 +762,210 @@ def layer_norm(x, x_scale, x_zero_point, y_scale, y_zero_point, gamma=None, beta
             raise QnnxError(f"{name} of shape {p.shape} does not broadcast to the normalized shape {norm_shape}")
         z = combine(z, p.astype(np.float64))
     return _requantize_real(z, y_scale, y_zero_point, out_dtype, rounding)
+
+
+# --------------------------------------------------------------------------- TFLite's int8 softmax
+# gemmlowp fixed point as TFLite's reference Softmax uses it: values are int32 held in int64; a
+# FixedPoint<k> raw r means r * 2**(k - 31). Products are SaturatingRoundingDoublingHighMul.
+
+TFLITE_SOFTMAX_DIFF_BITS = 5  # the input difference in Q5.26
+TFLITE_SOFTMAX_ACC_BITS = 12  # the sum of exps in Q12.19
+# exp(-2**k) in Q0.31 for k = -2..4: the barrel shifter of exp_on_negative_values (gemmlowp's constants
+# are these values rounded to nearest)
+_EXP_BARREL = tuple((k, int(np.rint(np.exp(-2.0 ** k) * 2.0 ** 31))) for k in range(-2, 5))
+
+
+def saturating_shift_left(x: np.ndarray, e: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<e> for e > 0 (Rescale to fewer integer bits)."""
+    threshold = (1 << (31 - e)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, np.asarray(x, np.int64) << e))
+
+
+def _exp_quarter(a: np.ndarray) -> np.ndarray:
+    """gemmlowp exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.31 in and out): the
+    Taylor series around -1/8 to the fourth power."""
+    x = a + (1 << 28)
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    third = np.int64(715827883)  # 1/3 in Q0.31
+    poly = _rounding_divide_by_pot(_srdhm(_rounding_divide_by_pot(x4, np.int64(2)) + x3, third) + x2, np.int64(1))
+    c = np.int64(np.rint(np.exp(-1 / 8) * 2.0 ** 31))  # exp(-1/8) in Q0.31
+    return c + _srdhm(c, x + poly)
+
+
+def exp_on_negative_values(a: np.ndarray, integer_bits: int = TFLITE_SOFTMAX_DIFF_BITS) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: ``a`` (<= 0) in Q``integer_bits``, result in Q0.31."""
+    frac = 31 - integer_bits
+    quarter = np.int64(1) << (frac - 2)
+    a_mod = (a & (quarter - 1)) - quarter
+    result = _exp_quarter(saturating_shift_left(a_mod, integer_bits))
+    remainder = a_mod - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = np.int64(1) << (frac + exponent)
+            result = np.where(remainder & bit, _srdhm(result, np.int64(multiplier)), result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x(a: np.ndarray) -> np.ndarray:
+    """gemmlowp one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out): three Newton-Raphson steps on
+    the half denominator from 48/17 - 32/17 x, in Q2.29."""
+    s = a + INT32_MAX
+    half = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))  # RoundingHalfSum: (sum + sign) / 2 in C
+    x = np.int64(1515870810) + _srdhm(half, np.int64(-1010580540))  # 48/17 and -32/17 in Q2.29
+    for _ in range(3):
+        x = x + saturating_shift_left(_srdhm(x, (1 << 29) - _srdhm(half, x)), 2)
+    return saturating_shift_left(x, 1)
+
+
+def tflite_reciprocal(total: np.ndarray, integer_bits: int = TFLITE_SOFTMAX_ACC_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's GetReciprocal of a positive Q``integer_bits`` value: ``(1 / (1 + frac)`` in Q0.31,
+    ``num_bits_over_unit``) with the value normalised by its leading zeros."""
+    total = np.asarray(total, np.int64)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(total).astype(np.int64)
+    shifted = (total << clz) - (np.int64(1) << 31)
+    return one_over_one_plus_x(shifted), integer_bits - clz
+
+
+def tflite_softmax_params(x_scale: float, beta: float = 1.0) -> tuple[int, int, int]:
+    """TFLite's PreprocessSoftmaxScaling (Q5.26 differences) and CalculateInputRadius:
+    ``(input_multiplier, input_left_shift, diff_min)``."""
+    real = min(float(np.float32(beta)) * float(np.float32(x_scale)) * float(1 << (31 - TFLITE_SOFTMAX_DIFF_BITS)),
+               float((1 << 31) - 1))
+    m, shift = quantize_multiplier(real)
+    radius = np.floor(31.0 * float(1 << (31 - TFLITE_SOFTMAX_DIFF_BITS)) / float(1 << int(shift)))
+    return int(m), int(shift), -int(radius)
+
+
+def tflite_softmax_exp_table(x_scale: float, bits: int = 8) -> np.ndarray:
+    """exp of every input difference ``d = x - max(x)`` (index ``d + 2**bits - 1``) in Q0.31, as
+    TFLite's kernel computes it; 0 where ``d < diff_min`` (TFLite skips those: their output is the
+    minimum)."""
+    m, shift, diff_min = tflite_softmax_params(x_scale)
+    d = np.arange(-(1 << bits) + 1, 1, dtype=np.int64)
+    valid = d >= diff_min
+    rescaled = multiply_by_quantized_multiplier(np.where(valid, d, 0), m, shift, "tflite")
+    return np.where(valid, exp_on_negative_values(rescaled), 0)
+
+
+def tflite_softmax(x: np.ndarray, x_scale: float, out: IntType) -> np.ndarray:
+    """TFLite's reference int8 Softmax along the last axis (beta 1): the exp table of the
+    differences to the row maximum, their sum in Q12.19 (each term rounded by 2**12), its reciprocal
+    (:func:`tflite_reciprocal`), each output ``RoundingDivideByPOT(SRDHM(1/sum, exp), num_bits + 31 -
+    bits(out)) + min(out)``. Exact for rows of up to 4096 elements (the int32 sum cannot wrap)."""
+    xi = as_int64(x)
+    if xi.shape[-1] > 4096:
+        raise QnnxError(f"compute='tflite' softmax takes rows of at most 4096 elements, got {xi.shape[-1]}")
+    d = xi - xi.max(axis=-1, keepdims=True)
+    table = tflite_softmax_exp_table(x_scale)
+    e = table[d + 255]
+    total = _rounding_divide_by_pot(e, np.int64(TFLITE_SOFTMAX_ACC_BITS)).sum(axis=-1, keepdims=True)
+    recip, bits_over_unit = tflite_reciprocal(total)
+    exponent = bits_over_unit + 31 - out.bits
+    y = _rounding_divide_by_pot(_srdhm(recip, e), exponent) + out.qmin
+    return saturate(y, out)
+
+
+def lut_populate_int16(fn, input_scale: float, input_zero_point: int, output_scale: float,
+                       output_zero_point: int) -> np.ndarray:
+    """TFLite's LUTPopulateInt16<double>: 512 segments over the int16 input range, each sample
+    ``round(f(x) * inv)`` nudged by half the error of linear interpolation at its midpoint, plus the
+    last point (513 entries), all in IEEE double with ``fn`` from the C library (Python's math)."""
+    import math
+
+    input_min = input_scale * (-32768 - input_zero_point)
+    input_max = input_scale * (32767 - input_zero_point)
+    output_min = output_scale * (-32768 - output_zero_point)
+    output_max = output_scale * (32767 - output_zero_point)
+    step = (input_max - input_min) / 512
+    half_step = step / 2
+    inv = 65536.0 / (output_max - output_min)
+
+    def rnd(v: float) -> float:  # TfLiteRound: std::round, ties away from zero
+        return math.copysign(math.floor(abs(v) + 0.5), v) if abs(v) - math.floor(abs(v)) != 0.5 else \
+            math.copysign(math.floor(abs(v)) + 1, v)
+
+    lut = []
+    for i in range(512):
+        val = fn(input_min + i * step)
+        val_mid = fn(input_min + i * step + half_step)
+        val_next = fn(input_min + (i + 1) * step)
+        sample = rnd(val * inv)
+        interp = rnd((val_next * inv + rnd(val * inv)) / 2)
+        bias = rnd((interp - rnd(val_mid * inv)) / 2)
+        lut.append(min(max(sample - bias, -32768.0), 32767.0))
+    lut.append(min(max(rnd(fn(input_max) * inv), -32768.0), 32767.0))
+    return np.array(lut, np.int64)
+
+
+def lut_lookup_int16(value: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """TFLite's LUTLookup for int16: entry ``256 + (v >> 7)`` plus the slope to the next entry times
+    the low 7 bits, rounded (``(slope * offset + 64) >> 7``)."""
+    v = np.asarray(value, np.int64)
+    index = 256 + (v >> 7)
+    base = lut[index]
+    delta = ((lut[index + 1] - base) * (v & 0x7F) + 64) >> 7
+    return (base + delta).astype(np.int16).astype(np.int64)
+
+
+def tflite_softmax_int16_tables(x_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's int16 softmax as two tables: the Q0.15 exp of every input difference ``d`` in
+    [-65535, 0] (index ``d + 65535``; the difference rescaled so that -65535 is -10.0, then the
+    interpolated exp LUT) and the Q0.15 reciprocal of every saturated int16 ``1 + x`` argument
+    (index ``v + 32768``; the interpolated 1/(1+x) LUT)."""
+    import math
+
+    exp_lut = lut_populate_int16(math.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
+    recip_lut = lut_populate_int16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
+    real = float(np.float32(x_scale)) / (10.0 / 65535.0)  # input_scale * beta (beta 1) over the LUT's step
+    m, shift = quantize_multiplier(real)
+    d = np.arange(-65535, 1, dtype=np.int64)
+    if int(shift) > 0 and 65535 * (1 << int(shift)) >= 1 << 31:
+        raise QnnxError(f"compute='tflite' int16 softmax: x_scale {x_scale!r} makes TFLite's rescaled difference "
+                        "wrap around int32")
+    scaled = multiply_by_quantized_multiplier(d, m, shift, "tflite")
+    exp = lut_lookup_int16(np.clip(scaled + 32767, -32768, 32767), exp_lut)
+    recip = lut_lookup_int16(np.arange(-32768, 32768, dtype=np.int64), recip_lut)
+    return exp, recip
+
+
+def tflite_softmax_int16(x: np.ndarray, x_scale: float) -> np.ndarray:
+    """TFLite's reference int16 SoftmaxInt16 along the last axis (beta 1): the exp of each difference
+    to the row maximum (:func:`tflite_softmax_int16_tables`), their int32 sum normalised by its
+    leading zeros to the reciprocal table's argument, each output ``(exp * 1/sum + half) >> (31 -
+    clz)``, clamped to [0, 32767]. Exact for rows of up to 65536 elements."""
+    xi = as_int64(x)
+    if xi.shape[-1] > 65536:
+        raise QnnxError(f"compute='tflite' int16 softmax takes rows of at most 65536 elements, got {xi.shape[-1]}")
+    exp_table, recip_table = tflite_softmax_int16_tables(x_scale)
+    e = exp_table[xi - xi.max(axis=-1, keepdims=True) + 65535]
+    total = e.sum(axis=-1, keepdims=True)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(total).astype(np.int64)
+    shifted = ((total << (clz - 1)) + (1 << 13)) >> 14
+    recip = recip_table[np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767) + 32768]
+    right = 31 - clz
+    y = (e * recip + (np.int64(1) << (right - 1))) >> right
+    return np.clip(y, 0, 32767).astype(np.int16)
+
+
+def check_tflite_softmax(t: IntType, x_scale, x_zero_point, out: IntType, y_scale, y_zero_point, axis: int,
+                         ndim: int, rounding: str) -> None:
+    """compute="tflite" softmax: int8 input (per-tensor), the last axis, rounding tflite, and
+    the output qparams TFLite's kernel implies: int8 (1/256, -128) or int16 (1/65536, -32768) (the
+    kernel adds the type's minimum whatever the int16 output declares: other qparams are refused)."""
+    if t.name not in ("int8", "int16"):
+        raise QnnxError(f"compute='tflite' softmax takes int8 or int16 input, got {t.name}")
+    if axis != ndim - 1:
+        raise QnnxError("compute='tflite' softmax runs along the last axis")
+    if rounding != "tflite":
+        raise QnnxError(f"compute='tflite' softmax rounds as TFLite does (rounding='tflite'), got {rounding!r}")
+    want = {"int8": (1 / 256, -128), "int16": (1 / 65536, -32768)}.get(out.name)
+    if t.name == "int16":  # int16 -> int16 only, symmetric
+        want = (1 / 32768, 0) if out.name == "int16" else None
+        if int(np.asarray(x_zero_point).reshape(())) != 0:
+            raise QnnxError("compute='tflite' int16 softmax needs x_zero_point 0, as TFLite")
+    sy, zy = float(np.asarray(y_scale).reshape(())), int(np.asarray(y_zero_point).reshape(()))
+    if want is None or abs(sy - want[0]) > 0.001 * want[0] or zy != want[1]:
+        raise QnnxError(f"compute='tflite' softmax outputs int8 (1/256, -128) or int16 (1/65536, -32768), got {out.name} "
+                        f"({sy!r}, {zy})")

@@ -501,6 +501,7 @@ IMAGE_OPTIONS = ["--preprocess", "--resize", "--letterbox", "--scale", "--mean",
 
 @pytest.mark.parametrize("command,options", [
     ("import", ["-o", "--output"]), ("from-qdq", ["-o", "--strict", "--numerics"]), ("lower", ["-o"]),
+    ("from-tflite", ["-o", "--strict"]),
     ("quantize", ["--symmetric", "--asymmetric", "--calib", *IMAGE_OPTIONS]), ("inspect", []),
     ("compare", ["--data", "--num-samples", "--top", *IMAGE_OPTIONS]),
     ("bench", ["--data", "--threads", "--repeats", *IMAGE_OPTIONS]), ("ops", []),

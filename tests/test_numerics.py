@@ -729,8 +729,8 @@ def test_unsupported_dtypes_and_modes():
                  lambda r: numerics.round_float(np.zeros(2), r)):
         with pytest.raises(QnnxError, match="unknown rounding 'nearest'"):
             call("nearest")
-    with pytest.raises(QnnxError, match="unknown compute 'double'"):
-        numerics.requantize(X8, np.float32(1), 0, np.float32(1), 0, compute="double")
+    with pytest.raises(QnnxError, match="unknown compute 'quad'"):  # ("double" is TFLite's FC recipe)
+        numerics.requantize(X8, np.float32(1), 0, np.float32(1), 0, compute="quad")
     with pytest.raises(QnnxError, match="do not broadcast"):
         numerics.add(np.zeros(2, np.int8), np.float32(1), 0, np.zeros(3, np.int8), np.float32(1), 0,
                      np.float32(1), 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from qnnx import numerics
-from qnnx.dialect.schema import (Attribute, Input, axis_attr, binary_compute_attr, compute_attr, op,
+from qnnx.dialect.schema import (Attribute, Input, axis_attr, binary_compute_attr, compute_attr, mul_compute_attr, op,
                                  out_dtype_attr, requantize_compute_attr, softmax_compute_attr,
                                  qparam_inputs, rounding_attr)
 from qnnx.dtypes import as_int64, int_type
@@ -43,7 +43,7 @@ def sub(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
 
 @op("mul", doc="`y = quantize(real(a) * real(b))`: the int32 product requantized by a_scale*b_scale/y_scale.",
     inputs=_BINARY_INPUTS, outputs=(Input("y", "integer tensor of `out_dtype`"),),
-    attributes=_BINARY_ATTRS, types=_BINARY_TYPES)
+    attributes=(*_BINARY_ATTRS[:-1], mul_compute_attr()), types=_BINARY_TYPES)
 def mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *, axis, out_dtype,
         rounding, compute):
     return (numerics.mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, axis=axis,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from qnnx import numerics, numerics_mlas
-from qnnx.dialect.schema import Attribute, Input, avg_pool_compute_attr, compute_attr, op, qparam_inputs, rounding_attr
+from qnnx.dialect.schema import (Attribute, Input, avg_pool_compute_attr, compute_attr, global_pool_compute_attr, op,
+                                 qparam_inputs, rounding_attr)
 from qnnx.dialect.windows import window
 from qnnx.dtypes import as_int64, int_type
 from qnnx.errors import QnnxError
@@ -153,6 +154,35 @@ def _pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, c
     return numerics.saturate(r + zy, t)
 
 
+def tflite_same_qparams(x, x_scale, x_zero_point, y_scale, y_zero_point, rounding) -> np.ndarray:
+    """compute="tflite" average pooling keeps the qparams (TFLite refuses others): per-tensor, equal;
+    returns x's zero point."""
+    if rounding != "tflite":
+        raise QnnxError(f"compute='tflite' rounds as TFLite does (rounding='tflite'), got {rounding!r}")
+    t = int_type(np.asarray(x).dtype)
+    sx, sy = _per_tensor(x_scale, "x_scale"), _per_tensor(y_scale, "y_scale")
+    zx = numerics.check_zero_point(_per_tensor(x_zero_point, "x_zero_point"), t, "x_zero_point")
+    zy = numerics.check_zero_point(_per_tensor(y_zero_point, "y_zero_point"), t, "y_zero_point")
+    if np.float32(sx) != np.float32(sy) or zx != zy:
+        raise QnnxError("compute='tflite' average pooling needs equal input and output qparams, got "
+                        f"({float(sx)!r}, {int(zx)}) and ({float(sy)!r}, {int(zy)})")
+    return zx
+
+
+def tflite_mean(sums, count, x, x_scale, y_scale, y_zero_point, rounding):
+    """TFLite's MEAN on the centered sums: numerics.tflite_mean_multiplier, then
+    MultiplyByQuantizedMultiplier (double rounding) and the output zero point. Per-tensor qparams."""
+    if rounding != "tflite":
+        raise QnnxError(f"compute='tflite' rounds as TFLite does (rounding='tflite'), got {rounding!r}")
+    t = int_type(np.asarray(x).dtype)
+    sx = numerics.check_scale(_per_tensor(x_scale, "x_scale"), "x_scale")
+    sy = numerics.check_scale(_per_tensor(y_scale, "y_scale"), "y_scale")
+    zy = numerics.check_zero_point(_per_tensor(y_zero_point, "y_zero_point"), t, "y_zero_point")
+    m, shift = numerics.tflite_mean_multiplier(numerics.requantize_multiplier(sx, sy), int(count))
+    r = numerics.multiply_by_quantized_multiplier(sums, m, shift, "tflite")
+    return numerics.saturate(r + zy, t)
+
+
 def _shifted(x, x_zero_point):
     t = _typed(x, ACT_TYPES, "x")
     x = np.asarray(x)
@@ -180,6 +210,10 @@ def avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, auto_pad, kerne
     if numerics.check_compute(compute, numerics.AVG_POOL_COMPUTE_MODES) == "mlas":
         return (_avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding),)
     sums = sum(view for _, view in win.taps(win.padded(xs)))
+    if compute == "tflite":
+        zx = tflite_same_qparams(x, x_scale, x_zero_point, y_scale, y_zero_point, rounding)
+        n = np.asarray(count).astype(np.int64)
+        return (numerics.saturate(numerics.tflite_average(sums + zx * n, n), int_type(x.dtype)),)
     return (_pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, compute),)
 
 
@@ -196,13 +230,15 @@ def _avg_pool_mlas(win, x, xs, x_scale, y_scale, y_zero_point, count, rounding):
 
 @op("global_avg_pool", doc="Integer global average pooling over all spatial dims: " + _POOL_DOC + ".",
     inputs=_POOL_QPARAMS, outputs=(Input("y", "integer tensor N x C x 1..., x's dtype"),),
-    attributes=(rounding_attr("tflite"), compute_attr()),
+    attributes=(rounding_attr("tflite"), global_pool_compute_attr()),
     types="x: int8/uint8/int16/uint16; scales float; zero points int32")
 def global_avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, rounding, compute):
     x, xs = _shifted(x, x_zero_point)
     axes = tuple(range(2, x.ndim))
     sums = xs.sum(axis=axes, keepdims=True)
     count = np.prod([x.shape[a] for a in axes])
+    if numerics.check_compute(compute, numerics.GLOBAL_POOL_COMPUTE_MODES) == "tflite":
+        return (tflite_mean(sums, count, x, x_scale, y_scale, y_zero_point, rounding),)
     return (_pool_requantize(sums, count, x, x_scale, y_scale, y_zero_point, rounding, compute),)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnx.errors import QnnxError
-from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
+from qnnx.numerics import (AVG_POOL_COMPUTE_MODES, GLOBAL_POOL_COMPUTE_MODES, MUL_COMPUTE_MODES, BINARY_COMPUTE_MODES, COMPUTE_MODES, REQUANTIZE_COMPUTE_MODES, ROUNDING_MODES,
                             SOFTMAX_COMPUTE_MODES)
 
 DOMAIN = "qnnx"
@@ -125,8 +125,16 @@ def compute_attr() -> Attribute:
 
 
 def avg_pool_compute_attr() -> Attribute:
-    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `mlas`: ONNX "
-                     "Runtime's QLinearAveragePool float32 recipe (8-bit, per-tensor)", AVG_POOL_COMPUTE_MODES)
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, `mlas`: ONNX "
+                     "Runtime's QLinearAveragePool float32 recipe (8-bit, per-tensor), or `tflite`: TFLite's "
+                     "AVERAGE_POOL_2D (raw window sum divided by the count in integers, ties away from zero; "
+                     "equal per-tensor input and output qparams)", AVG_POOL_COMPUTE_MODES)
+
+
+def global_pool_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `tflite`: TFLite's "
+                     "MEAN (the count divided into the Q31 multiplier of x_scale/y_scale, numerics."
+                     "tflite_mean_multiplier; per-tensor)", GLOBAL_POOL_COMPUTE_MODES)
 
 
 def binary_compute_attr() -> Attribute:
@@ -134,14 +142,27 @@ def binary_compute_attr() -> Attribute:
                      "Runtime's own QLinearAdd/QLinearMul float32 recipe (8-bit, per-tensor)", BINARY_COMPUTE_MODES)
 
 
+def mul_compute_attr() -> Attribute:
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multipliers, `mlas`: ONNX "
+                     "Runtime's own QLinearMul float32 recipe (8-bit, per-tensor), or `tflite`: Q31 fixed point "
+                     "of the multiplier `a_scale * b_scale / y_scale` computed in float32 (TFLite's MUL)",
+                     MUL_COMPUTE_MODES)
+
+
 def softmax_compute_attr() -> Attribute:
-    return Attribute("compute", str, "exact", "`exact` (integer exp table) or `mlas`: ONNX Runtime's "
-                     "QLinearSoftmax float32 recipe (8-bit, per-tensor)", SOFTMAX_COMPUTE_MODES)
+    return Attribute("compute", str, "exact", "`exact` (integer exp table), `mlas`: ONNX Runtime's "
+                     "QLinearSoftmax float32 recipe (8-bit, per-tensor), or `tflite`: TFLite's int8 reference kernel "
+                     "(last axis; int8 input: gemmlowp fixed point, output int8 (1/256, -128) or int16 (1/65536, -32768); "
+                     "int16 input and output (1/32768, 0): interpolated exp and reciprocal tables)",
+                     SOFTMAX_COMPUTE_MODES)
 
 
 def requantize_compute_attr() -> Attribute:
-    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, or `qdq`: float32 "
-                     "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair)",
+    return Attribute("compute", str, "fixed_point", "Q31 fixed point, float32 multiplier, `qdq`: float32 "
+                     "dequantize then float32 quantize (a DequantizeLinear -> QuantizeLinear pair), or "
+                     "`fixed_point_q15`: the Q31 multiplier reduced to Q15 (TFLite's int64-accumulator "
+                     "MultiplyByQuantizedMultiplier with rounding `upward`), or `double`: float64 product with the "
+                     "float64 multiplier (TFLite's per-channel fully connected)",
                      REQUANTIZE_COMPUTE_MODES)
 
 

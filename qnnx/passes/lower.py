@@ -121,7 +121,7 @@ def _requantize_value(b: Builder, x: ir.Value, in_dtype, si, zi, so, zo, out_dty
         r = la.float_to_i64(b, la.round_float(b, q, rounding))
     else:
         r = la.scale_and_round(b, centered, numerics.requantize_multiplier(si, so), rounding=rounding,
-                               compute=compute)
+                               compute=compute, acc_bits=numerics.requantize_acc_bits(compute))
     return _add_zero_point_and_cast(b, r, zo.astype(np.int64), out_dtype)
 
 
@@ -548,9 +548,10 @@ def _mul(node, a, b):
     xa, xb, ta, tb, ty, p = _binary_params(node, a)
     ca = _sub_zero_point(b, xa, p["a_zero_point"].astype(np.int64))
     cb = _sub_zero_point(b, xb, p["b_zero_point"].astype(np.int64))
-    mult = p["a_scale"].astype(np.float64) * p["b_scale"].astype(np.float64) / p["y_scale"].astype(np.float64)
+    mult = numerics.mul_multiplier(p["a_scale"], p["b_scale"], p["y_scale"], a["compute"])
     r = la.scale_and_round(b, b.op("Mul", [ca, cb], hint="product"), mult, rounding=a["rounding"],
-                           compute=a["compute"], acc_bits=numerics.MUL_ACC_BITS)
+                           compute="fixed_point" if a["compute"] == "tflite" else a["compute"],
+                           acc_bits=numerics.MUL_ACC_BITS)
     return [_add_zero_point_and_cast(b, r, p["y_zero_point"].astype(np.int64), ty)]
 
 
@@ -610,6 +611,8 @@ def _softmax(node, a, b):
     numerics.check_zero_point(zy, out_t, "y_zero_point")
     if a["compute"] == "mlas":
         return [_softmax_mlas(node, a, b, t, sx, sy, zy, out_t)]
+    if a["compute"] == "tflite":
+        return [_softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t)]
     f64 = ir.DataType.DOUBLE
     x32 = b.op("Cast", [x], to=ir.DataType.INT32)
     d = b.op("Sub", [la.reduce(b, "ReduceMax", x32, [a["axis"]], "max"), x32], hint="diff_to_max")
@@ -619,6 +622,62 @@ def _softmax(node, a, b):
     v = b.op("Div", [p, b.const(np.asarray(sy, np.float64).reshape(()), "y_scale_f64")], hint="scaled")
     r = la.float_to_i64(b, la.round_float(b, v, a["rounding"], f64), f64)
     return [_add_zero_point_and_cast(b, r, np.asarray(zy).astype(np.int64).reshape(()), out_t)]
+
+
+def _softmax_tflite(node, a, b, t, sx, zx, sy, zy, out_t) -> ir.Value:
+    """numerics.tflite_softmax: the exp of each difference from a table, the Q12.19 sum, TFLite's
+    reciprocal (leading zeros by comparison with every power of two, three Newton-Raphson steps in
+    SRDHM), the per-row RoundingDivideByPOT."""
+    x = node.inputs[0]
+    rank = _rank(x, "x")
+    numerics.check_tflite_softmax(t, sx, zx, out_t, sy, zy, numerics.normalize_axis(a["axis"], rank), rank,
+                                  a["rounding"])
+    if t.name == "int16":
+        return _softmax_tflite_int16(b, x, float(np.asarray(sx).reshape(())))
+    if not isinstance(x.shape[-1], int) or x.shape[-1] > 4096:
+        raise QnnxError("compute='tflite' softmax needs a static last axis of at most 4096 elements to lower")
+    x64 = la.to_i64(b, x)
+    d = b.op("Sub", [x64, la.reduce(b, "ReduceMax", x64, [-1], "max")], hint="diff_to_max")
+    index = b.op("Add", [d, la.i64(b, 255, "offset")], hint="diff_index")
+    table = numerics.tflite_softmax_exp_table(float(np.asarray(sx).reshape(())))
+    e = b.op("Gather", [la.i64(b, table, "exp_table"), index], axis=0, hint="exp_q31")
+    terms = la.rounding_divide_by_pot_var(b, e, la.i64(b, numerics.TFLITE_SOFTMAX_ACC_BITS, "acc_bits"))
+    total = la.reduce(b, "ReduceSum", terms, [-1], "exp_sum")
+    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), _bit_length(b, total)], hint="clz")
+    shifted = b.op("Sub", [b.op("Mul", [total, la.pow2(b, clz)]), la.i64(b, 1 << 31, "two_p31")], hint="shifted_sum")
+    recip = la.one_over_one_plus_x(b, shifted)
+    exponent = b.op("Add", [clz, la.i64(b, -numerics.TFLITE_SOFTMAX_ACC_BITS - 31 + out_t.bits, "minus")], hint="neg_exp")
+    exponent = b.op("Neg", [exponent], hint="exponent")
+    y = la.rounding_divide_by_pot_var(b, la.srdhm_var(b, recip, e), exponent)
+    return la.saturate_cast(b, b.op("Add", [y, la.i64(b, out_t.qmin, "out_min")], hint="plus_min"), out_t)
+
+
+def _bit_length(b: Builder, v: ir.Value) -> ir.Value:
+    """The bit length of positive int64 values below 2**32 (kept dims): comparisons with every power of two."""
+    powers = la.i64(b, np.left_shift(np.int64(1), np.arange(32, dtype=np.int64)), "powers")
+    at_least = b.op("GreaterOrEqual", [b.op("Unsqueeze", [v, la.i64(b, [-1], "last")]), powers], hint="at_least")
+    return b.op("ReduceSum", [la.bool_to_i64(b, at_least), la.i64(b, [-1], "last")], keepdims=0, hint="bit_length")
+
+
+def _softmax_tflite_int16(b: Builder, x: ir.Value, sx: float) -> ir.Value:
+    """numerics.tflite_softmax_int16: the two tables of numerics.tflite_softmax_int16_tables by
+    Gather, the sum's leading zeros, the rounded shift per row (non-negative: Div is the floor)."""
+    exp_table, recip_table = numerics.tflite_softmax_int16_tables(sx)
+    x64 = la.to_i64(b, x)
+    d = b.op("Sub", [x64, la.reduce(b, "ReduceMax", x64, [-1], "max")], hint="diff_to_max")
+    e = b.op("Gather", [la.i64(b, exp_table, "exp_q015"), b.op("Add", [d, la.i64(b, 65535, "offset")])], axis=0,
+             hint="exp")
+    total = la.reduce(b, "ReduceSum", e, [-1], "exp_sum")
+    clz = b.op("Sub", [la.i64(b, 32, "thirty_two"), _bit_length(b, total)], hint="clz")
+    shifted = b.op("Div", [b.op("Add", [b.op("Mul", [total, la.pow2(b, b.op("Sub", [clz, la.i64(b, 1, "one")]))]),
+                                        la.i64(b, 1 << 13, "half_q14")]), la.i64(b, 1 << 14, "q14")], hint="shifted_sum")
+    arg = la.clamp_i64(b, b.op("Sub", [shifted, la.i64(b, (1 << 15) + (1 << 16), "recenter")]), -32768, 32767, "sym")
+    recip = b.op("Gather", [la.i64(b, recip_table, "recip_q015"), b.op("Add", [arg, la.i64(b, 32768, "offset16")])],
+                 axis=0, hint="reciprocal")
+    right = b.op("Sub", [la.i64(b, 31, "thirty_one"), clz], hint="right_shift")
+    half = la.pow2(b, b.op("Sub", [right, la.i64(b, 1, "one")]))
+    y = b.op("Div", [b.op("Add", [b.op("Mul", [e, recip]), half]), la.pow2(b, right)], hint="scaled")
+    return la.saturate_cast(b, la.clamp_i64(b, y, 0, 32767, "unit"), int_type("int16"))
 
 
 def _softmax_mlas(node, a, b, t, sx, sy, zy, out_t) -> ir.Value:
@@ -809,6 +868,14 @@ def _pool_rescale(b, node, sums, count, rounding, compute):
     numerics.check_scale(sy, "y_scale")
     numerics.check_zero_point(zy, t, "y_zero_point")
     sx, sy, zy = (_along(p, rank, 1, n) for p, n in ((sx, "x_scale"), (sy, "y_scale"), (zy, "y_zero_point")))
+    if compute == "tflite":  # TFLite's MEAN: the count divided into the Q31 multiplier (global pooling only)
+        if isinstance(count, ir.Value):
+            raise QnnxError("global_avg_pool with compute='tflite' needs static spatial dims to lower")
+        if sx.size != 1 or sy.size != 1 or zy.size != 1:
+            raise QnnxError("global_avg_pool with compute='tflite' takes per-tensor qparams")
+        m, shift = numerics.tflite_mean_multiplier(numerics.requantize_multiplier(sx, sy).reshape(()), int(count))
+        r = la.multiply_by_quantized_multiplier(b, sums, m, shift)
+        return _add_zero_point_and_cast(b, r, zy.astype(np.int64), t)
     if isinstance(count, ir.Value):  # dynamic spatial dims: the same float64 steps at run time
         f64 = ir.DataType.DOUBLE
         mult = b.op("Div", [b.const(sx.astype(np.float64), "x_scale_f64"),
@@ -872,8 +939,17 @@ def _avg_pool(node, a, b):
         valid = sum(view for _, view in win.taps(win.padded(np.ones((1, 1, *shape[2:]), dtype=np.int64))))
         sums = b.op("Sub", [raw, b.const((zx.reshape(1, -1, *([1] * len(win.kernel))) * valid).astype(np.int32),
                                          "zp_window_sum")])
-    return [_pool_rescale(b, node, la.to_i64(b, sums), win.divisors(shape[2:], a["count_include_pad"]),
-                          a["rounding"], a["compute"])]
+    count = win.divisors(shape[2:], a["count_include_pad"])
+    if a["compute"] == "tflite":  # the raw sum (zero point back in) divided by the count in integers
+        if not all(isinstance(d, int) for d in shape[2:]):
+            raise QnnxError("avg_pool with compute='tflite' needs static spatial dims to lower")
+        zy = np.asarray(_const(node, 4, "y_zero_point")).astype(np.int64).reshape(-1)
+        if zx.size != 1 or zy.size != 1 or zx[0] != zy[0]:
+            raise QnnxError("avg_pool with compute='tflite' needs equal per-tensor zero points")
+        count = np.broadcast_to(np.asarray(count).astype(np.int64), (1, 1, *win.out))
+        raw = b.op("Add", [la.to_i64(b, sums), la.i64(b, count * zx[0], "zp_times_count")], hint="raw_sum")
+        return [la.saturate_cast(b, la.tflite_average(b, raw, count), t)]
+    return [_pool_rescale(b, node, la.to_i64(b, sums), count, a["rounding"], a["compute"])]
 
 
 def _avg_pool_mlas(node, a, b, t, win, shape, zx) -> ir.Value:

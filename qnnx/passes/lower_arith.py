@@ -159,21 +159,103 @@ def scale_and_round(b: Builder, x: ir.Value, multiplier: np.ndarray | ir.Value, 
     The multiplier is a constant, or — float compute only — a float64 value computed at run
     time (the float64 -> float32 rounding numerics applies happens here in the graph too)."""
     numerics.check_rounding(rounding)
-    numerics.check_compute(compute)
+    numerics.check_compute(compute, numerics.SCALE_COMPUTE_MODES)
     x = saturate_acc(b, x, acc_bits)
     if compute == "float":
         m = (b.op("Cast", [multiplier], to=F32, hint="multiplier_f32") if isinstance(multiplier, ir.Value)
              else f32(b, np.asarray(multiplier).astype(np.float32), "multiplier"))
         v = b.op("Mul", [to_f32(b, x), m], hint="scaled")
         return float_to_i64(b, round_float(b, v, rounding))
+    if compute == "double":
+        if isinstance(multiplier, ir.Value):
+            raise QnnxError("compute='double' needs a constant multiplier")
+        f64 = ir.DataType.DOUBLE
+        v = b.op("Mul", [b.op("Cast", [x], to=f64, hint="acc_f64"),
+                         b.const(np.asarray(multiplier, np.float64), "multiplier_f64")], hint="scaled_f64")
+        return float_to_i64(b, round_float(b, v, rounding, f64), f64)
     if isinstance(multiplier, ir.Value):
         raise QnnxError("fixed_point needs a constant multiplier (static shapes): use compute='float' "
                         "or give the model static dims")
     m, shift = numerics.quantize_multiplier(multiplier)
+    if compute == "fixed_point_q15":
+        m15, shift = numerics.q15_multiplier(m, shift)
+        return rounding_right_shift(b, b.op("Mul", [x, i64(b, m15, "q15_multiplier")], hint="product"), 15 - shift,
+                                    rounding)
     if rounding == "tflite":
-        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
-        if left.any():
-            x = saturate_acc(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]), acc_bits)
-        return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
+        return multiply_by_quantized_multiplier(b, x, m, shift, acc_bits)
     return rounding_right_shift(b, b.op("Mul", [x, i64(b, m, "q31_multiplier")], hint="product"), 31 - shift,
                                 rounding)
+
+
+def multiply_by_quantized_multiplier(b: Builder, x: ir.Value, m: np.ndarray, shift: np.ndarray,
+                                     acc_bits: int = 32) -> ir.Value:
+    """numerics.multiply_by_quantized_multiplier with rounding "tflite" for a constant multiplier
+    ``m`` (any positive int32, normalized or not) and shift."""
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    if left.any():
+        x = saturate_acc(b, b.op("Mul", [x, i64(b, np.left_shift(np.int64(1), left), "left_shift")]), acc_bits)
+    return _rounding_divide_by_pot(b, _srdhm(b, x, m), right)
+
+
+def tflite_average(b: Builder, sums: ir.Value, count: np.ndarray) -> ir.Value:
+    """numerics.tflite_average: int64 ``sums`` over positive constant ``count``, C division after
+    adding ``count // 2`` away from zero (ONNX's integer Div truncates toward zero, as C's does)."""
+    n = i64(b, count, "count")
+    half = i64(b, np.asarray(count, np.int64) // 2, "half_count")
+    up = b.op("Div", [b.op("Add", [sums, half]), n], hint="avg_pos")
+    down = b.op("Div", [b.op("Sub", [sums, half]), n], hint="avg_neg")
+    return b.op("Where", [b.op("Greater", [sums, i64(b, 0, "zero")]), up, down], hint="tflite_average")
+
+
+# --------------------------------------------------------------------------- gemmlowp fixed point, both operands computed
+
+
+def pow2(b: Builder, e: ir.Value) -> ir.Value:
+    """``2**e`` for int64 ``e`` in [0, 62] (a Gather from the table of powers)."""
+    return b.op("Gather", [i64(b, np.left_shift(np.int64(1), np.arange(63, dtype=np.int64)), "powers_of_two"), e],
+                axis=0, hint="pow2")
+
+
+def srdhm_var(b: Builder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """numerics._srdhm of two int64 values holding int32 (the INT32_MIN * INT32_MIN case, which the
+    softmax never reaches: one operand is a positive reciprocal, saturates there too)."""
+    ab = b.op("Mul", [x, y], hint="ab")
+    nudge = b.op("Where", [b.op("GreaterOrEqual", [ab, i64(b, 0, "zero")]), i64(b, 1 << 30, "nudge_pos"),
+                           i64(b, 1 - (1 << 30), "nudge_neg")], hint="nudge")
+    q = b.op("Div", [b.op("Add", [ab, nudge]), i64(b, 1 << 31, "two_p31")], hint="srdhm")
+    both_min = b.op("And", [b.op("Equal", [x, i64(b, numerics.INT32_MIN, "int32_min")]),
+                            b.op("Equal", [y, i64(b, numerics.INT32_MIN, "int32_min")])])
+    return b.op("Where", [both_min, i64(b, numerics.INT32_MAX, "int32_max"), q], hint="srdhm_sat")
+
+
+def rounding_divide_by_pot_var(b: Builder, x: ir.Value, exponent: ir.Value) -> ir.Value:
+    """gemmlowp RoundingDivideByPOT with a computed exponent in [0, 62]."""
+    d = pow2(b, exponent)
+    q = b.op("Div", [x, d], hint="trunc_div")
+    r = b.op("Sub", [x, b.op("Mul", [q, d])], hint="trunc_rem")
+    neg = bool_to_i64(b, b.op("Less", [r, i64(b, 0, "zero")]))
+    floor = b.op("Sub", [q, neg], hint="floor_div")
+    rem = b.op("Add", [r, b.op("Mul", [neg, d])], hint="floor_rem")
+    threshold = b.op("Add", [b.op("Div", [b.op("Sub", [d, i64(b, 1, "one")]), i64(b, 2, "two")]),
+                             bool_to_i64(b, b.op("Less", [x, i64(b, 0, "zero")]))], hint="threshold")
+    return b.op("Add", [floor, bool_to_i64(b, b.op("Greater", [rem, threshold]))], hint="rdbpot")
+
+
+def saturating_shift_left(b: Builder, x: ir.Value, e: int) -> ir.Value:
+    """numerics.saturating_shift_left (gemmlowp SaturatingRoundingMultiplyByPOT<e>, e > 0)."""
+    threshold = (1 << (31 - e)) - 1
+    y = b.op("Mul", [x, i64(b, 1 << e, "shift")], hint="shifted")
+    y = b.op("Where", [b.op("Greater", [x, i64(b, threshold, "threshold")]), i64(b, numerics.INT32_MAX, "int32_max"), y])
+    return b.op("Where", [b.op("Less", [x, i64(b, -threshold, "neg_threshold")]), i64(b, numerics.INT32_MIN, "int32_min"), y],
+                hint="sat_shift")
+
+
+def one_over_one_plus_x(b: Builder, a: ir.Value) -> ir.Value:
+    """numerics.one_over_one_plus_x for int64 ``a`` in [0, 2**31) (so the half sum is non-negative)."""
+    half = b.op("Div", [b.op("Add", [a, i64(b, numerics.INT32_MAX + 1, "max_plus_one")]), i64(b, 2, "two")],
+                hint="half_denominator")
+    x = b.op("Add", [i64(b, 1515870810, "c48_17"), srdhm_var(b, half, i64(b, -1010580540, "c_neg32_17"))], hint="x0")
+    for _ in range(3):
+        residual = b.op("Sub", [i64(b, 1 << 29, "one_q2"), srdhm_var(b, half, x)], hint="one_minus")
+        x = b.op("Add", [x, saturating_shift_left(b, srdhm_var(b, x, residual), 2)], hint="newton")
+    return saturating_shift_left(b, x, 1)

@@ -431,7 +431,7 @@ def test_schema_defaults_and_choices():
 @pytest.mark.parametrize("op,given,match", [
     ("requantize", {"out_dtype": "int8", "bogus": 1}, r"unknown attribute\(s\) bogus for qnnx.requantize"),
     ("requantize", {"out_dtype": "int8", "rounding": "nearest"}, "attribute rounding='nearest' is not one of"),
-    ("requantize", {"out_dtype": "int8", "compute": "double"}, "attribute compute='double' is not one of"),
+    ("requantize", {"out_dtype": "int8", "compute": "quad"}, "attribute compute='quad' is not one of"),
     ("requantize", {"out_dtype": "int64"}, "attribute out_dtype='int64' is not one of"),
     ("requantize", {}, "qnnx.requantize requires attribute 'out_dtype'"),
     ("quantize", {"rounding": "half_even"}, "requires attribute 'out_dtype'"),

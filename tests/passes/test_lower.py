@@ -507,3 +507,58 @@ def test_concat_qdq(rounding):
     m = _model("concat", {"x0": x0, "x1": x1}, consts, ["ys", "yz", "x0", "s0", "z0", "x1", "s1", "z1"],
                dict(axis=1, out_dtype="int8", rounding=rounding, compute="qdq"))
     _compare(m, {"x0": x0, "x1": x1})
+
+
+# TFLite's recipes (qnnx.frontends.tflite): the lowering gives the reference kernels' numbers exactly
+@pytest.mark.parametrize("compute", ["fixed_point_q15", "double"])
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_requantize_tflite_modes(compute, rounding, per_axis):
+    rng = np.random.default_rng(hash((compute, rounding, per_axis)) % 2**32)
+    x = _rand_int(rng, np.int32, (2, 5, 7))
+    x[0, :, :3] = np.int32(-(1 << 31))  # the accumulator's extremes, with the zero point's excess beyond them
+    x[1, :, :3] = np.int32((1 << 31) - 1)
+    n = 5 if per_axis else 1
+    zi = rng.integers(-(1 << 31), 1 << 31, size=n).astype(np.int32)
+    consts = dict(si=(10.0 ** rng.uniform(-12, -8, size=n)), zi=zi, so=_scales(rng, n, -6, -4), zo=np.zeros(n, np.int32))
+    if not per_axis:
+        consts = {k: v.reshape(()) for k, v in consts.items()}
+    m = _model("requantize", {"x": x}, consts, ["x", "si", "zi", "so", "zo"],
+               dict(axis=1, out_dtype="int16", rounding=rounding, compute=compute))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[1, 1])])
+def test_avg_pool_tflite(dtype, attrs):
+    rng = np.random.default_rng(17)
+    x = _rand_int(rng, dtype, (2, 3, 7, 8))
+    z = np.int32(0 if dtype == np.int16 else -9)
+    m = _model("avg_pool", {"x": x}, dict(xs=np.float32(0.03), xz=z, ys=np.float32(0.03), yz=z),
+               ["x", "xs", "xz", "ys", "yz"], dict(rounding="tflite", compute="tflite", **attrs))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("ratio", [0.3, 1.0, 7.5])
+def test_global_avg_pool_tflite(dtype, ratio):
+    rng = np.random.default_rng(19)
+    x = _rand_int(rng, dtype, (2, 4, 7, 5))
+    m = _model("global_avg_pool", {"x": x}, dict(xs=np.float32(0.02), xz=np.int32(0 if dtype == np.int16 else 3),
+                                                   ys=np.float32(0.02 / ratio), yz=np.int32(0 if dtype == np.int16 else -2)),
+               ["x", "xs", "xz", "ys", "yz"], dict(rounding="tflite", compute="tflite"))
+    _compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("x_scale", [0.004, 0.05, 0.3, 2.0])
+def test_softmax_tflite(x_scale):
+    rng = np.random.default_rng(23)
+    x = _rand_int(rng, np.int8, (6, 40))
+    x[0] = 5  # a constant row
+    x[1] = -128
+    x[1, 7] = 127  # one element far above the rest
+    m = _model("softmax", {"x": x}, dict(xs=np.float32(x_scale), xz=np.int32(0), ys=np.float32(1 / 256),
+                                         yz=np.int32(-128)),
+               ["x", "xs", "xz", "ys", "yz"], dict(axis=-1, out_dtype="int8", rounding="tflite", compute="tflite"))
+    _compare(m, {"x": x})
