@@ -79,34 +79,112 @@ def lut_populate_int8(fn, dtype: str, x_scale, x_zero_point, y_scale, y_zero_poi
     return np.clip(q, t.qmin, t.qmax).astype(t.numpy)
 
 
-# TFLite's int16 LOGISTIC and TANH interpolate a 256-entry sigmoid table of its own, which no formula
-# reproduces (44 entries are one off the rounded sigmoid); qnnx does not copy LiteRT's source, so they
-# stay float in an import until the table can be derived (e.g. measured from the interpreter).
-INT16_SIGMOID_REASON = ("TFLite's int16 kernel interpolates its own tabulated sigmoid, which qnnx does not "
-                        "reproduce: kept float")
+# TFLite's ``sigmoid_table_uint16`` (tflite/kernels/internal/common.h, Apache-2.0): sigmoid(i / 24) in
+# unsigned Q0.16 as TFLite tabulated it. Its entries are not round(65536 * sigmoid(i / 24)) (44 of
+# them differ by one), so the int16 kernels can only be reproduced with the table itself.
+SIGMOID_TABLE_Q16 = np.array([
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535,
+], dtype=np.int64)
+
+
+def checked_log2(x: float) -> tuple[bool, int]:
+    """TFLite's CheckedLog2: ``(is a power of two within 1e-3 in log2, rounded log2)``, in float32."""
+    f32 = np.float32
+    v = f32(np.log(f32(x))) * (f32(1.0) / f32(np.log(f32(2.0))))
+    r = f32(tflite_round(v))
+    return bool(abs(f32(v - r)) < f32(1e-3)), int(r)
+
+
+def int16_sigmoid_params(x_scale, pot_shifts: tuple[int, ...] = (0,)) -> tuple[int, int]:
+    """LOGISTIC/TANH int16 prepare: ``(input_multiplier, input_left_shift)`` that bring the input to
+    steps of 1/(3*4096). A (nearly, CheckedLog2) power-of-two scale whose left shift
+    ``12 + log2(scale)`` is in ``pot_shifts`` ({0} for LOGISTIC, {0, 1} for TANH) uses ``3 << shift``;
+    otherwise ``x_scale * 4096 * 3`` is doubled until above 32767/2 and truncated."""
+    pot, log2 = checked_log2(float(x_scale))
+    shift = (15 - 3) + log2
+    if pot and shift in pot_shifts:
+        return 3 << shift, 0
+    multiplier = float(np.float32(x_scale)) * 4096.0 * 3.0
+    shift = 0
+    while multiplier <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        multiplier *= 2.0
+    return int(multiplier), shift
+
+
+def logistic_int16(x: np.ndarray, input_multiplier: int, input_left_shift: int) -> np.ndarray:
+    """TFLite's ``reference_integer_ops::Logistic`` for int16: the input rescaled to 1/(3*4096)
+    steps, |x| split into a table index (>> 9) and a 9-bit fraction, linear interpolation in
+    Q0.16 << 9, odd symmetry, back to Q0.15 with rounding."""
+    x = np.asarray(x, np.int64)
+    rnd = (1 << (input_left_shift - 1)) if input_left_shift > 0 else 0
+    v = (x * input_multiplier + rnd) >> input_left_shift
+    a = np.abs(v)
+    uh = a >> 9
+    table = SIGMOID_TABLE_Q16
+    idx = np.minimum(uh, 254)
+    ua, ub = table[idx], table[idx + 1]
+    result = np.where(uh >= 255, 0x7FFF << 10, (ua << 9) + (a & 0x1FF) * (ub - ua))
+    result = np.where(v >= 0, result + (1 << 9), (1 << (16 + 9)) - result + (1 << 9) - 1)
+    return ((result & 0xFFFFFFFF) >> 10).astype(np.int64).astype(np.uint16).view(np.int16)
 
 
 def logistic_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> np.ndarray:
     """LOGISTIC's table: int8 by LUTPopulateInt8 of the float32 sigmoid (output qparams 1/256,
-    -128 required). int16 is refused: INT16_SIGMOID_REASON."""
+    -128 required), int16 by the interpolated fixed-point sigmoid (zero points 0, output 2**-15)."""
     t = int_type(dtype)
     if t.name == "int8":
         if float(y_scale) != 1.0 / 256 or int(y_zero_point) != -128:
             raise QnnxError("int8 LOGISTIC needs output qparams (1/256, -128), as TFLite")
         return lut_populate_int8(sigmoid_f32, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
     if t.name == "int16":
-        raise QnnxError(f"int16 LOGISTIC: {INT16_SIGMOID_REASON}")
+        if int(x_zero_point) or int(y_zero_point) or float(y_scale) != 2.0 ** -15:
+            raise QnnxError("int16 LOGISTIC needs zero points 0 and output scale 2**-15, as TFLite")
+        return logistic_int16(_inputs(dtype), *int16_sigmoid_params(x_scale, (0,)))
     raise QnnxError(f"LOGISTIC takes int8 or int16, got {dtype}")
 
 
+def tanh_int16(x: np.ndarray, input_multiplier: int, input_left_shift: int) -> np.ndarray:
+    """TFLite's ``reference_integer_ops::Tanh`` for int16: the sigmoid table read at twice the
+    input (index ``|v| >> 8``, 8-bit fraction), ``2 * sigmoid - 1`` in Q0.15 with rounding."""
+    x = np.asarray(x, np.int64)
+    rnd = (1 << (input_left_shift - 1)) if input_left_shift > 0 else 0
+    v = (x * input_multiplier + rnd) >> input_left_shift
+    a = np.abs(v)
+    uh = a >> 8
+    idx = np.minimum(uh, 254)
+    ua, ub = SIGMOID_TABLE_Q16[idx], SIGMOID_TABLE_Q16[idx + 1]
+    result = np.where(uh >= 255, 0xFFFF << 8, (ua << 8) + (a & 0xFF) * (ub - ua))
+    result = np.where(v >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
+    return (result >> 8).astype(np.int64).astype(np.uint16).view(np.int16)
+
+
 def tanh_table(dtype: str, x_scale, x_zero_point, y_scale, y_zero_point) -> np.ndarray:
-    """TANH's table: int8 by LUTPopulateInt8 of the float32 tanh. int16 is refused:
-    INT16_SIGMOID_REASON."""
+    """TANH's table: int8 by LUTPopulateInt8 of the float32 tanh, int16 by the fixed-point kernel
+    (zero points 0, output scale 2**-15, as TFLite requires)."""
     t = int_type(dtype)
     if t.name == "int8":
         return lut_populate_int8(tanh_f32, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
     if t.name == "int16":
-        raise QnnxError(f"int16 TANH: {INT16_SIGMOID_REASON}")
+        pot, log2 = checked_log2(float(y_scale))
+        if int(x_zero_point) or int(y_zero_point) or not pot or log2 != -15:
+            raise QnnxError("int16 TANH needs zero points 0 and output scale 2**-15, as TFLite")
+        return tanh_int16(_inputs(dtype), *int16_sigmoid_params(x_scale, (0, 1)))
     raise QnnxError(f"TANH takes int8 or int16, got {dtype}")
 
 
