@@ -79,9 +79,10 @@ def lut_populate_int8(fn, dtype: str, x_scale, x_zero_point, y_scale, y_zero_poi
     return np.clip(q, t.qmin, t.qmax).astype(t.numpy)
 
 
-# TFLite's ``sigmoid_table_uint16`` (tflite/kernels/internal/common.h, Apache-2.0): sigmoid(i / 24) in
-# unsigned Q0.16 as TFLite tabulated it. Its entries are not round(65536 * sigmoid(i / 24)) (44 of
-# them differ by one), so the int16 kernels can only be reproduced with the table itself.
+# The sigmoid table TFLite's int16 LOGISTIC and TANH kernels interpolate: sigmoid(i / 24) in unsigned
+# Q0.16, measured from LiteRT's reference TANH kernel (bench/tflite_sigmoid_table.py; the tests measure it
+# again). Its entries are no formula's (44 are one off round(65536 * sigmoid(i / 24))), so the int16
+# kernels can only be reproduced with the measured table.
 SIGMOID_TABLE_Q16 = np.array([
     32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
     43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,

@@ -489,3 +489,11 @@ def test_random_qparams_match_reference_kernels(kind, seed):
         rng = np.random.default_rng(seed + 100)
         feeds = [_inputs_of(data, rng) for _ in range(3)]
     assert_exact(data, feeds)
+
+
+def test_the_int16_sigmoid_table_is_the_one_litert_interpolates():
+    # measured from the interpreter as bench/tflite_sigmoid_table.py does; the stored table must be that
+    from bench.tflite_sigmoid_table import measured_table
+    from qnnx.numerics_tflite import SIGMOID_TABLE_Q16
+
+    np.testing.assert_array_equal(measured_table(), SIGMOID_TABLE_Q16)
