@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 
 from qnnx import runtime
 from qnnx.autoquant.plan import node_label
@@ -46,6 +48,7 @@ class AccuracyGuardRecord:
     left_float: tuple[str, ...] = ()
     metric: tuple[float, float, float] | None = None  # float model's, before, after
     max_drop: float | None = None
+    float_mac_share: float = 0.0  # of the model's conv/matmul multiply-accumulates, the share left float
 
     def lines(self) -> list[str]:
         out = []
@@ -55,9 +58,35 @@ class AccuracyGuardRecord:
                        f"all quantized {before:.4f}; allowed drop {self.max_drop:g})")
         if self.left_float:
             out.append(f"accuracy guard: {len(self.left_float)} pattern(s) kept float to meet the target (worst output "
-                       f"SQNR {self.worst_before[0]:.1f} -> {self.worst_after[0]:.1f} dB): "
-                       + ", ".join(self.left_float[:10]) + (" ..." if len(self.left_float) > 10 else ""))
+                       f"SQNR {self.worst_before[0]:.1f} -> {self.worst_after[0]:.1f} dB; their cost in speed: "
+                       f"{100 * self.float_mac_share:.0f}% of the model's conv/matmul multiply-accumulates, dynamic "
+                       "dimensions counted as 1, now run in float): " + ", ".join(self.left_float[:10]) + (" ..." if len(self.left_float) > 10 else ""))
         return out
+
+
+def multiply_accumulates(node) -> int:
+    """Multiply-accumulates of one Conv/ConvTranspose/MatMul/Gemm from its shapes, a dynamic dimension
+    counted as 1 (0 when a shape is missing): the measure of what returning it to float costs, without
+    timing anything."""
+    if node.op_type not in ("Conv", "ConvTranspose", "MatMul", "Gemm") or len(node.inputs) < 2:
+        return 0
+    x, w, y = (list(v.shape) if v is not None and v.shape is not None else None
+               for v in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    if x is None or w is None or y is None:
+        return 0
+    x, w, y = ([d if isinstance(d, int) else 1 for d in sh] for sh in (x, w, y))
+    if node.op_type == "Conv":  # each output element reads C_in/groups x kernel taps
+        return int(np.prod(y)) * int(np.prod(w[1:]))
+    if node.op_type == "ConvTranspose":  # each input element writes C_out/groups x kernel taps
+        return int(np.prod(x)) * int(np.prod(w[1:]))
+    k = w[0] if node.op_type == "MatMul" or not node.attributes.get_int("transB", 0) else w[-1]
+    return int(np.prod(y)) * int(k)
+
+
+def _float_share(matches, left: set[int]) -> float:
+    macs = [sum(multiply_accumulates(n) for n in m.nodes) for m in matches]
+    total = sum(macs)
+    return sum(macs[i] for i in left) / total if total else 0.0
 
 
 def _worst(outputs) -> tuple[float, float]:
@@ -169,5 +198,6 @@ class AccuracyGuard(Refinement):
                                      _worst(outputs) if outputs else before,
                                      tuple(node_label(matches[i].nodes[0]) for i in sorted(worst)),
                                      metric=(targets.float_metric, value, after) if value is not None else None,
-                                     max_drop=targets.max_drop if value is not None else None)
+                                     max_drop=targets.max_drop if value is not None else None,
+                                     float_mac_share=_float_share(matches, worst))
         return replace(state, plan=state.plan.mark_float(reasons), qdq=qdq), record

@@ -124,3 +124,25 @@ def test_the_costliest_pattern_is_the_one_that_adds_the_most_error():
     added = pattern_added_error(state.float_model, state.qdq, state.plan.matches, state.samples)
     ranked = [state.plan.matches[i].nodes[0].name for i in sorted(added, key=lambda i: -added[i])]
     assert ranked[0] == "difference", added
+
+
+def test_the_record_states_the_share_of_multiply_accumulates_left_float():
+    from float_graphs import conv_weight
+
+    from qnnx.autoquant.refinements.accuracy_guard import multiply_accumulates
+
+    rng = np.random.default_rng(1)
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(rng, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1], out="c")
+    g.node("MatMul", [g.node("Flatten", [c], name="flat"), g.const(rng.normal(size=(256, 5)).astype(np.float32))],
+           name="fc", out="y")
+    import onnx
+    import onnx_ir as ir
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(g.model("y")))
+    macs = {n.name: multiply_accumulates(n) for n in model.graph}
+    assert macs["conv"] == 4 * 8 * 8 * 3 * 3 * 3 and macs["fc"] == 5 * 256 and macs["flat"] == 0
+    qm = qnnx.quantize(_two_outputs(), _data(), QuantConfig(progress=False))
+    record = qm.report.record("accuracy_guard")
+    assert record.float_mac_share == 0.0  # no conv or matmul in it
+    assert "0% of the model's conv/matmul multiply-accumulates" in "\n".join(record.lines())
