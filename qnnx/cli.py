@@ -329,8 +329,8 @@ def quantize(
             "--validation")] = None,
         min_sqnr: Annotated[float | None, typer.Option(
             "--min-sqnr", metavar="DB", show_default=False, rich_help_panel=_CALIBRATION,
-            help="accuracy target: every output's SQNR against float (held-out samples if any); the costliest "
-            "layers return to float until it is met (default: 6 dB, below which an output is far from float)")]
+            help="accuracy target: every output's SQNR against float (held-out samples if any); the layers "
+            "adding the most error return to float until it is met (default: 6 dB, below which an output is far from float)")]
         = None,
         min_cosine: Annotated[float | None, typer.Option(
             "--min-cosine", metavar="C", show_default=False, rich_help_panel=_CALIBRATION,
@@ -359,8 +359,9 @@ def quantize(
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
         accuracy_guard: Annotated[bool, typer.Option(
             "--accuracy-guard/--no-accuracy-guard", rich_help_panel=_REFINEMENTS,
-            help="refuse a model whose outputs end far from float (SQNR < 6 dB or cosine < 0.9) and apply "
-            "--min-sqnr/--min-cosine; off: write it whatever its outputs (the report warns)")] = True,
+            help="while an output is far from float (SQNR < 6 dB or cosine < 0.9) or misses --min-sqnr/"
+            "--min-cosine, return the layers adding the most error to float; refuse a model that still ends far; "
+            "off: write it whatever its outputs (the report warns)")] = True,
         speed_plan: Annotated[str | None, typer.Option(
             "--speed-plan", metavar="FILE", show_default=False, rich_help_panel=_REFINEMENTS,
             help="replay the speed fallback's decisions from FILE without timing (reproducible); when FILE does "
