@@ -168,7 +168,8 @@ class AccuracyGuard(Refinement):
         order = sorted(range(len(matches)), key=lambda i: (-added.get(i, 0.0), i))
 
         def trial(k: int):
-            kept = [m for i, m in enumerate(matches) if i not in set(order[:k])]
+            left = set(order[:k])
+            kept = [m for i, m in enumerate(matches) if i not in left]
             qdq = realize_qdq(state.float_model, state.plan.keeping(kept), state.qparams, state.config)
             return (qdq, *targets.measure(state.float_model, qdq))
 

@@ -159,13 +159,18 @@ def _weights(ctx: Context, w_i: int, axis: int) -> tuple[np.ndarray, np.ndarray]
     return w, q.scale.astype(np.float32)
 
 
-@tflite_rule("CONV_2D", "DEPTHWISE_CONV_2D")
-def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
+def _contraction_operands(op: Operator, ctx: Context) -> tuple[int, int, int, int]:
+    """Input, weight, bias (-1 when absent) and output tensor indices of a conv or fully connected op,
+    its input checked to be an integer activation."""
     arity(op, 2)
     x_i, w_i = op.inputs[:2]
-    bias_i = op.inputs[2] if len(op.inputs) > 2 else -1
-    out = op.outputs[0]
     _act_type(ctx, x_i)
+    return x_i, w_i, op.inputs[2] if len(op.inputs) > 2 else -1, op.outputs[0]
+
+
+@tflite_rule("CONV_2D", "DEPTHWISE_CONV_2D")
+def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
+    x_i, w_i, bias_i, out = _contraction_operands(op, ctx)
     x_shape = _rank(ctx, x_i, 4)
     _rank(ctx, w_i, 4)
     _rank(ctx, out, 4)
@@ -200,11 +205,7 @@ def conv_2d(op: Operator, ctx: Context) -> list[ir.Value]:
 
 @tflite_rule("FULLY_CONNECTED")
 def fully_connected(op: Operator, ctx: Context) -> list[ir.Value]:
-    arity(op, 2)
-    x_i, w_i = op.inputs[:2]
-    bias_i = op.inputs[2] if len(op.inputs) > 2 else -1
-    out = op.outputs[0]
-    _act_type(ctx, x_i)
+    x_i, w_i, bias_i, out = _contraction_operands(op, ctx)
     (fmt,) = options(op, "weightsFormat")
     if fmt:
         raise Unsupported("shuffled weights formats are not supported")

@@ -12,15 +12,18 @@ import qnnx
 from qnnx import QnnxError, QuantConfig
 
 
-def _cancellation():
-    """y = (x + 100) - (1.01 x + 100) = -0.01 x: each branch quantized on a range of ~10 around 100 leaves
-    an error far larger than y itself."""
-    g = Graph()
-    x = g.input("x", [1, 8])
+def _cancellation_branch(g: Graph, x):
+    """relu((x + 100) - (1.01 x + 100)) = relu(-0.01 x): each branch quantized on a range of ~10 around 100
+    leaves an error far larger than the result itself."""
     a = g.node("Add", [x, g.const(np.array(100.0, np.float32))], name="a")
     b = g.node("Add", [g.node("Mul", [x, g.const(np.array(1.01, np.float32))], name="scaled"),
                        g.const(np.array(100.0, np.float32))], name="b")
-    return g.model(g.node("Relu", [g.node("Sub", [a, b], name="difference")], name="out"))
+    return g.node("Relu", [g.node("Sub", [a, b], name="difference")], name="out", out="far")
+
+
+def _cancellation():
+    g = Graph()
+    return g.model(_cancellation_branch(g, g.input("x", [1, 8])))
 
 
 def _data(n=12):
@@ -32,10 +35,7 @@ def _two_outputs():
     """The cancellation above as one output, a benign chain (relu(x + x)) as another."""
     g = Graph()
     x = g.input("x", [1, 8])
-    a = g.node("Add", [x, g.const(np.array(100.0, np.float32))], name="a")
-    b = g.node("Add", [g.node("Mul", [x, g.const(np.array(1.01, np.float32))], name="scaled"),
-                       g.const(np.array(100.0, np.float32))], name="b")
-    far = g.node("Relu", [g.node("Sub", [a, b], name="difference")], name="out", out="far")
+    far = _cancellation_branch(g, x)
     near = g.node("Relu", [g.node("Add", [x, x], name="double")], name="relu", out="near")
     return g.model(far, near)
 
