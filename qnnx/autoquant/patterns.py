@@ -63,6 +63,9 @@ class Target:
     # Output = source * factor with factor > 0 (Mul/Div by a positive constant): the same integers under
     # a scale multiplied by ``factor``, so no observation and no requantization (a pure type change).
     scaled_from: tuple[ir.Value, float] | None = None
+    # Data-movement nodes between ``value`` and the pattern (a target that quantizes before them:
+    # ``plan.hoist_quantizers``); they read the quantized value too.
+    through: tuple[ir.Node, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ def _activation(v: ir.Value) -> Target:
     return Target(v, "activation")
 
 
-def _is_float_activation(v: ir.Value | None) -> bool:
+def is_float_activation(v: ir.Value | None) -> bool:
+    """``v`` is computed at run time (not a constant) and of a floating-point type."""
     return v is not None and const_array(v) is None and (v.dtype is None or v.dtype.is_floating_point())
 
 
@@ -179,7 +183,7 @@ class _WeightedPattern(Pattern):
 
     def match(self, node):
         x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
-        if not _is_float_activation(x):
+        if not is_float_activation(x):
             return MatchFail("input is not a float activation")
         if w is None or const_array(w) is None:
             return MatchFail("weights are not constant")
@@ -228,7 +232,7 @@ class MatMulPattern(Pattern):
 
     def match(self, node):
         a, b = node.inputs
-        if not _is_float_activation(a):
+        if not is_float_activation(a):
             return MatchFail("input A is not a float activation")
         w = const_array(b)
         if w is not None:
@@ -241,7 +245,7 @@ class MatMulPattern(Pattern):
             # A linear layer: the bias joins the int32 accumulator (scale sa * sw), one quantize after the Add.
             return PatternMatch(self.name, (node, add), (_activation(a), Target(b, "weight", 1)),
                                 (_activation(add.outputs[0]),), bias)
-        if not _is_float_activation(b):
+        if not is_float_activation(b):
             return MatchFail("input B is neither constant nor a float activation")
         return PatternMatch(self.name, (node,), (_activation(a), _activation(b)), (_activation(node.outputs[0]),))
 
@@ -272,7 +276,7 @@ class GemmPattern(Pattern):
             return MatchFail("Gemm with alpha/beta != 1 or transA")
         a, b = node.inputs[0], node.inputs[1]
         bias = node.inputs[2] if len(node.inputs) > 2 else None
-        if not _is_float_activation(a) or const_array(b) is None:
+        if not is_float_activation(a) or const_array(b) is None:
             return MatchFail("Gemm needs a float activation A and constant B")
         if bias is not None and (const_array(bias) is None or const_array(bias).ndim != 1):
             return MatchFail("Gemm bias must be a constant vector")
@@ -291,7 +295,7 @@ class _AllActivationsPattern(Pattern):
                 continue
             if const_array(v) is not None:
                 targets.append(Target(v, "constant", None))
-            elif _is_float_activation(v):
+            elif is_float_activation(v):
                 targets.append(_activation(v))
             else:
                 return MatchFail("an input is not a float tensor")
@@ -377,7 +381,7 @@ class GeluPattern(Pattern):
                 if scale is None or not np.isclose(scale, 1.0 / _SQRT2, rtol=1e-5) or one != 1.0 or half != 0.5:
                     continue
                 x = b["x"]
-                if not _is_float_activation(x):
+                if not is_float_activation(x):
                     return MatchFail("the erf GELU's input is not a float activation")
                 order = {n: i for i, n in enumerate(graph)}
                 nodes = tuple(sorted(found.nodes, key=order.__getitem__))
@@ -405,7 +409,7 @@ class ScalePattern(Pattern):
             factor = _positive_scalar(c)
         if factor is None:
             return MatchFail("no positive scalar constant operand")
-        if not _is_float_activation(x):
+        if not is_float_activation(x):
             return MatchFail("the other operand is not a float activation")
         rank = const_array(c).ndim
         if rank > 1 and (x.shape is None or rank > len(x.shape)):
@@ -450,7 +454,7 @@ def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | N
     if node.op_type not in ("Add", "Sub") or act.op_type != "Clip" or len(act.inputs) < 3:
         return None
     if sum(_scalar(v) is not None for v in node.inputs) != 1 or any(
-            _scalar(v) is None and not _is_float_activation(v) for v in node.inputs):
+            _scalar(v) is None and not is_float_activation(v) for v in node.inputs):
         return None
     lo, hi = _scalar(act.inputs[1]), _scalar(act.inputs[2])
     if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
@@ -521,7 +525,7 @@ class SoftmaxPattern(Pattern):
 
     def match(self, node):
         x = node.inputs[0]
-        if not _is_float_activation(x):
+        if not is_float_activation(x):
             return MatchFail("input is not a float activation")
         out = (Target(node.outputs[0], "activation", None, fixed_range=(0.0, 1.0)),)
         if is_masked(x):  # scores + mask: the float input keeps its sentinels, only probabilities are quantized

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from qnnx import ops
 from qnnx.autoquant.config import QuantConfig
 from qnnx.autoquant.float_inputs import keep_inputs_float
-from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, pattern_named, patterns_for
+from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, is_float_activation, pattern_named, patterns_for
 from qnnx.autoquant.report import Decision
 from qnnx.calibrate import QParams, qparams_from_range
 from qnnx.errors import QnnxError
@@ -161,16 +161,18 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
     return Plan(matches, share_groups(matches), decisions)
 
 
-def for_target(the_plan: Plan, execution) -> Plan:
-    """The plan as a target executes it: ``execution(kind)`` (a target's
-    :class:`~qnnx.targets.execution.Int8Execution` for a pattern kind) per match. A match the target runs
-    in float is dropped, its decision saying why; one it runs with integer inputs and a float output loses
-    its output qparams (its readers quantize the value when they are integer themselves). ``the_plan``
-    itself when every match is executed whole."""
+def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
+    """The plan as a target executes it: ``execution(kind, op_type, activations)`` (a target's
+    :class:`~qnnx.targets.execution.Int8Execution` for a match: its pattern's kind, its anchor's op type,
+    its number of activation inputs). A match the target runs in float is dropped, its decision saying
+    why; one it runs with integer inputs and a float output loses its output qparams (its readers quantize
+    the value when they are integer themselves). ``hoist``: the target wants quantizers above data
+    movement (:func:`hoist_quantizers`). ``the_plan`` itself when nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
     matches, changed = [], False
     for m in the_plan.matches:
-        how = execution(pattern_named(m.pattern).kind)
+        how = execution(pattern_named(m.pattern).kind, m.nodes[0].op_type,
+                        sum(t.role == "activation" for t in m.inputs))
         if how.inputs and how.output:
             matches.append(m)
             continue
@@ -183,7 +185,74 @@ def for_target(the_plan: Plan, execution) -> Plan:
         matches.append(PatternMatch(m.pattern, m.nodes, m.inputs, (), m.bias))
         if d is not None and m.outputs:
             d.reason += "; float output (the target's integer kernel dequantizes it)"
+    if hoist:
+        hoisted = hoist_quantizers(matches)
+        changed = changed or hoisted != matches
+        matches = hoisted
     return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
+
+
+def _passed_on(node: ir.Node) -> list[ir.Value] | None:
+    """The inputs whose values a data-movement node passes on unchanged in number (a Concat's every
+    input; a qparams-sharing op's first), or None when ``node`` computes."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Concat":
+        return list(node.inputs)
+    if ops.shares_qparams(node) and node.inputs and node.inputs[0] is not None:
+        return [node.inputs[0]]
+    return None
+
+
+def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
+    """Activation inputs moved above the data movement before them (MaxPool, Split, Concat, Reshape,
+    nearest Resize, ...) as long as every reader of the value above reads it quantized: a pattern input,
+    or data movement whose outputs are all read so. A runtime that propagates dequantization through data
+    movement (OpenVINO's low-precision transformations) then runs those ops on integers and fuses the one
+    quantize into the op that makes the value; a quantize below a branch would stand alone. A value
+    hoisted through a Concat becomes one target per Concat input, each with its own qparams (extra ones
+    appended after the match's other inputs, so positions of weights do not move)."""
+    reads = {(id(n), id(t.value)) for m in matches for t in m.inputs if t.role == "activation"
+             for n in m.nodes if any(v is t.value for v in n.inputs)}
+    memo: dict[int, bool] = {}
+
+    def read_quantized(v: ir.Value) -> bool:
+        if id(v) not in memo:
+            memo[id(v)] = False
+            uses = list(v.uses())
+            memo[id(v)] = bool(uses) and not v.is_graph_output() and all(
+                (id(u.node), id(v)) in reads or passes_on(u.node, u.idx) for u in uses)
+        return memo[id(v)]
+
+    def passes_on(node: ir.Node, index: int) -> bool:
+        moved = _passed_on(node)
+        return (moved is not None and index < len(moved) and node.inputs[index] in moved
+                and all(read_quantized(o) for o in node.outputs))
+
+    def sources(v: ir.Value, through: tuple[ir.Node, ...]) -> list[tuple[ir.Value, tuple[ir.Node, ...]]]:
+        p = v.producer()
+        moved = _passed_on(p) if p is not None else None
+        if not moved or not all(is_float_activation(x) and read_quantized(x) for x in moved):
+            return [(v, through)]
+        return [s for x in moved for s in sources(x, (*through, p))]
+
+    out = []
+    for m in matches:
+        found: dict[ir.Value, tuple[ir.Node, ...]] = {}  # value -> the data movement read on the way, in order
+        slots: list[ir.Value | Target] = []
+        for t in m.inputs:
+            if t.role != "activation" or t.fixed_range is not None or t.scaled_from is not None:
+                slots.append(t)
+                continue
+            for i, (v, through) in enumerate(sources(t.value, ())):
+                if i == 0:
+                    slots.append(v)
+                found[v] = tuple(dict.fromkeys((*found.get(v, ()), *through)))
+        firsts = [s for s in slots if isinstance(s, ir.Value)]
+        new = tuple(Target(s, "activation", through=found[s]) if isinstance(s, ir.Value) else s for s in slots)
+        new += tuple(Target(v, "activation", through=through) for v, through in found.items() if v not in firsts)
+        out.append(m if new == m.inputs else PatternMatch(m.pattern, m.nodes, new, m.outputs, m.bias))
+    return out
 
 
 def permutation_of(v: ir.Value, root: ir.Value) -> bool:
@@ -225,7 +294,29 @@ def share_groups(matches: list[PatternMatch]) -> dict[ir.Value, ir.Value]:
             if cur in targets or cur in fixed:
                 root = cur
         groups[v] = root
-    return groups
+    # Values quantized above one Concat (hoist_quantizers) share one scale: the reader after it needs one.
+    unified: dict[ir.Value, ir.Value] = {}
+
+    def find(v: ir.Value) -> ir.Value:
+        while unified.get(v, v) is not v:
+            v = unified[v]
+        return v
+
+    by_concat: dict[ir.Node, list[ir.Value]] = {}
+    for m in matches:
+        for t in m.inputs:
+            for n in t.through:
+                if n.op_type == "Concat" and t.value in groups and groups[t.value] not in fixed:
+                    by_concat.setdefault(n, []).append(groups[t.value])
+    for roots in by_concat.values():
+        for r in roots[1:]:
+            a, b = find(roots[0]), find(r)
+            if a is not b:
+                first, second = sorted((a, b), key=lambda x: x.name or "")
+                unified[second] = first
+    if not unified:
+        return groups
+    return {v: find(r) for v, r in groups.items()}
 
 
 # --------------------------------------------------------------------------- qparams from the plan

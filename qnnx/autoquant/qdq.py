@@ -189,7 +189,7 @@ class AffineRewriter:
         for match in plan.matches:
             for t in match.inputs:
                 if t.role == "activation" and t.value.name not in produced:
-                    self.readers.setdefault(t.value.name, set()).update(n.name for n in match.nodes)
+                    self.readers.setdefault(t.value.name, set()).update(n.name for n in (*match.nodes, *t.through))
 
     # hooks
     def activation(self, v: ir.Value, readers: set[str] | None):

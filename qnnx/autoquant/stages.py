@@ -149,8 +149,11 @@ def run_smooth(state: QuantState) -> QuantState:
 
 def run_plan(state: QuantState) -> QuantState:
     exclusions = Exclusions.resolve(state.float_model, state.config, state.renames, state.source_op_types)
-    # what the target executes in integer: ONNX Runtime every match whole, OpenVINO only contractions' inputs
-    the_plan = for_target(plan(state.float_model, state.config, exclusions), target(state.config.target).execution)
+    # what the target executes in integer: ONNX Runtime every match whole, OpenVINO the inputs of contractions,
+    # pools and residual adds, quantized above data movement
+    runtime = target(state.config.target)
+    the_plan = for_target(plan(state.float_model, state.config, exclusions), runtime.execution,
+                          runtime.hoists_quantizers)
     if not the_plan.matches and not state.config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions

@@ -1,9 +1,13 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name`` and four methods, the only runtime-specific code of automatic quantization:
+A target has a ``name``, a flag and four methods, the only runtime-specific code of automatic quantization:
 
-    execution(kind) -> Int8Execution   how it executes a kind of pattern: quantized whole, inputs only
-                                       (float output), or float (execution.py); the plan stage applies it
+    execution(kind, op_type, activations) -> Int8Execution
+                                       how it executes a pattern match (its kind, its anchor's op type, its
+                                       number of activation inputs): quantized whole, inputs only (float
+                                       output), or float (execution.py); the plan stage applies it
+    hoists_quantizers                  whether quantizers go above data movement whose readers all read
+                                       quantized values (``autoquant.plan.hoist_quantizers``)
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved

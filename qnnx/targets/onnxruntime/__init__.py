@@ -62,7 +62,9 @@ class OnnxRuntimeRecord:
 class OnnxRuntimeTarget:
     name = "onnxruntime"
 
-    def execution(self, kind: str) -> Int8Execution:
+    hoists_quantizers = False  # every pattern's output is quantized where it is made
+
+    def execution(self, kind: str, op_type: str = "", activations: int = 1) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""
         return WHOLE
 

@@ -1,11 +1,16 @@
 """OpenVINO (CPU plugin) as a deployment target.
 
-    execution  Conv, ConvTranspose, MatMul/Gemm and average pools: quantized inputs, float output; every
-               other pattern float. The plugin runs a conv/matmul whose inputs are quantized on int8
-               kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul, residual Add, the
-               next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
+    execution  Conv, ConvTranspose, MatMul/Gemm, average pools and adds of two activations: quantized
+               inputs, float output; every other pattern float. The plugin runs a conv/matmul whose inputs
+               are quantized on int8 kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul,
+               the next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
                fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
                its CPU hardware config, never after elementwise ops).
+    hoisting   quantizers go above data movement (MaxPool, Split, Concat, Reshape, ...) when every reader
+               there reads quantized values: the plugin moves the dequantization down through them, runs
+               them on u8 and fuses the one quantize into the conv that makes the value. A residual add
+               reads quantized inputs for the same reason: otherwise the skip branch (a Split output in
+               YOLOv8's C2f, a block input in MobileNet) is read in float and its quantize stands alone.
     weights    as configured (``weight_bits``); on x86 CPUs without VNNI (cpu.py) the plugin's u8 x s8 kernels
                sum pairs of products in saturating 16 bits (255 * 127 * 2 > 32767): the check notes a model
                whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
+from qnnx import ops
 from qnnx.errors import QnnxError
 from qnnx.targets.execution import Int8Execution, wide_int8_weights
 from qnnx.targets.openvino.cpu import pairs_saturate
@@ -62,9 +68,14 @@ class OpenVinoRecord:
 
 class OpenVinoTarget:
     name = "openvino"
+    hoists_quantizers = True
 
-    def execution(self, kind: str) -> Int8Execution:
-        return INPUTS_ONLY if kind in ("conv", "conv transpose", "matmul/gemm", "pool") else FLOAT
+    def execution(self, kind: str, op_type: str = "", activations: int = 1) -> Int8Execution:
+        if kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
+            return INPUTS_ONLY
+        if kind == "binary" and op_type == "Add" and activations == 2:
+            return INPUTS_ONLY
+        return FLOAT
 
     def export(self, qdq: ir.Model) -> ir.Model:
         """A copy of ``qdq`` (OpenVINO reads the QDQ form as it is)."""
@@ -73,9 +84,7 @@ class OpenVinoTarget:
         return copy
 
     def check(self, qdq: ir.Model) -> OpenVinoRecord:
-        quantized = sum(1 for n in qdq.graph if n.op_type in QUANTIZED_OPS and n.inputs and n.inputs[0] is not None
-                        and n.inputs[0].producer() is not None
-                        and n.inputs[0].producer().op_type == "DequantizeLinear")
+        quantized = sum(1 for n in qdq.graph if n.op_type in QUANTIZED_OPS and n.inputs and _reads_dequantized(n.inputs[0]))
         try:
             compiled = compile_model(self.export(qdq), threads=1)
         except QnnxError as e:
@@ -87,6 +96,21 @@ class OpenVinoTarget:
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""
         return median_latency_ms([self.export(m) for m in models], feed=feed, threads=1, repeats=repeats)
+
+
+def _reads_dequantized(v: ir.Value | None) -> bool:
+    """``v`` is a DequantizeLinear's output, directly or through data movement (the plugin moves the
+    dequantization down through it)."""
+    for _ in range(64):
+        p = v.producer() if v is not None else None
+        if p is None:
+            return False
+        if p.op_type == "DequantizeLinear":
+            return True
+        if not (p.op_type == "Concat" or ops.shares_qparams(p)) or not p.inputs:
+            return False
+        v = p.inputs[0]
+    return False
 
 
 __all__ = ["OpenVinoRecord", "OpenVinoTarget"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from float_graphs import Graph, conv_weight, samples
+from float_graphs import Graph, conv_weight, qdq_of, qparams_of, samples
 
 import qnnx
 from qnnx import QuantConfig
@@ -43,23 +43,79 @@ def _quantize_inputs(model) -> dict[str, str]:
     return out
 
 
-def test_openvino_quantizes_only_conv_inputs_and_leaves_the_elementwise_ops_float():
+def test_openvino_quantizes_conv_and_residual_add_inputs_and_leaves_the_elementwise_ops_float():
     qm = _quantized("openvino")
     q = _quantize_inputs(qm.qdq)
-    assert sorted(q.values()) == ["Conv", "Conv"]  # x into conv a, SiLU's output into conv b: nothing else
+    # x into conv a and the residual add (one quantize, read by both), SiLU's output into conv b, conv b's
+    # output into the add: nothing else
+    assert q == {"x": "Add,Conv", "silu": "Conv", "b": "Add"} or sorted(q.values()) == ["Add", "Add,Conv", "Conv"]
     assert not any(n.op_type == "QuantizeLinear" and n.inputs[0].producer() is not None
-                   and n.inputs[0].producer().op_type in ("Conv", "Sigmoid", "Add") for n in qm.qdq.graph)
+                   and n.inputs[0].producer().op_type in ("Sigmoid", "Add") for n in qm.qdq.graph)
     why = {d.node: d for d in qm.report.decisions}
     assert not why["sig"].quantized and "OpenVINO" in why["sig"].reason
-    assert not why["residual"].quantized
+    assert why["residual"].quantized and "float output" in why["residual"].reason
     assert why["a"].quantized and "float output" in why["a"].reason
+
+
+def test_openvino_leaves_an_add_of_a_constant_float():
+    assert target("openvino").execution("binary", "Add", 1).inputs is False
+    assert target("openvino").execution("binary", "Mul", 2).inputs is False
+    assert target("openvino").execution("binary", "Add", 2).inputs is True
+
+
+def _branchy_model(float_reader: bool = False):
+    """x -> conv a -> Split -> (conv b on one half, MaxPool on the other) -> Concat(b, pooled, half) ->
+    conv c -> y; ``float_reader``: the pooled value is also a graph output (read in float)."""
+    rng = np.random.default_rng(1)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    a = g.node("Conv", [x, g.const(conv_weight(rng, 8, 4), "wa")], name="a", pads=[1, 1, 1, 1], out="a_out")
+    h0, h1 = g.node("Split", [a, g.const(np.array([4, 4], np.int64), "sizes")], name="split", outputs=2, axis=1)
+    b = g.node("Conv", [h0, g.const(conv_weight(rng, 4, 4), "wb")], name="b", pads=[1, 1, 1, 1], out="b_out")
+    p = g.node("MaxPool", [h1], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], out="pooled")
+    c = g.node("Concat", [b, p, h0], name="cat", axis=1, out="cat_out")
+    g.node("Conv", [c, g.const(conv_weight(rng, 4, 12), "wc")], name="c", pads=[1, 1, 1, 1], out="y")
+    return g.model("y", "pooled") if float_reader else g.model("y")
+
+
+def _quantize_branchy(name: str, float_reader: bool = False):
+    return qnnx.quantize(_branchy_model(float_reader), samples(8, shape=(1, 4, 8, 8)),
+                         config=QuantConfig(progress=False, target=name, weight_rounding="nearest",
+                                            bias_correction="off"))
+
+
+def test_openvino_quantizes_above_split_maxpool_and_concat_with_one_scale_for_the_concat():
+    qm = _quantize_branchy("openvino")
+    quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
+    # the input, conv a's output (above the Split, the MaxPool and the Concat), conv b's output (a Concat
+    # input); nothing after the Split, the MaxPool or the Concat
+    assert quantized == {"x", "a_out", "b_out"}
+    (_, dq_a), (_, dq_b) = qdq_of(qm.qdq, "a_out"), qdq_of(qm.qdq, "b_out")
+    for got, want in zip(qparams_of(dq_b), qparams_of(dq_a)):  # one scale: conv c reads them as one tensor
+        np.testing.assert_array_equal(got, want)
+    assert {u.node.op_type for u in dq_a.outputs[0].uses()} == {"Split"}
+
+
+def test_openvino_keeps_the_quantize_below_a_value_read_in_float():
+    qm = _quantize_branchy("openvino", float_reader=True)
+    quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
+    # the pooled value is a graph output: it stays float, so the Concat's quantize stays below the Concat and
+    # the Split's below the Split
+    assert "cat_out" in quantized and not {"a_out", "pooled"} & quantized
+    assert qm.qdq.graph.outputs[1].producer().op_type == "MaxPool"
+
+
+def test_onnxruntime_does_not_hoist():
+    qm = _quantize_branchy("onnxruntime")
+    quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
+    assert {"a_out", "b_out", "cat_out"} <= quantized  # every pattern's output, where it is made
 
 
 def test_onnxruntime_quantizes_the_same_model_whole():
     qm = _quantized("onnxruntime")
     q = _quantize_inputs(qm.qdq)
     assert len(q) > 2  # conv outputs, the sigmoid, the residual add are quantized too
-    assert target("onnxruntime").execution("binary") == Int8Execution()
+    assert target("onnxruntime").execution("binary", "Add", 2) == Int8Execution()
 
 
 def test_the_openvino_canonical_form_keeps_the_unquantized_ops_float_and_is_close_to_float():
@@ -95,6 +151,20 @@ def test_check_finds_both_convs_executed_in_int8():
     assert record.unchecked == ""
     assert record.quantized == 2 and record.int8 == 2
     assert "WARNING" not in qm.report.summary()
+
+
+@pytest.mark.openvino
+def test_check_counts_convs_reading_quantized_values_through_data_movement():
+    pytest.importorskip("openvino")
+    from qnnx.targets.openvino.execution_check import executed_layers
+    from qnnx.targets.openvino.runtime import compile_model
+
+    qm = _quantize_branchy("openvino")
+    record = qm.report.record("openvino")
+    assert record.quantized == 3 and record.int8 == 3  # conv c reads the Concat of dequantized values
+    layers = {layer.layer_type: layer.precision for layer in executed_layers(compile_model(qm.export()))
+              if layer.layer_type in ("Split", "Pooling", "Concatenation")}
+    assert set(layers.values()) <= {"u8", "i8"}, layers  # the data movement runs on integers
 
 
 @pytest.mark.openvino
