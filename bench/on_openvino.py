@@ -16,7 +16,8 @@ the protocol's disjoint sets), the same samples calibrate
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
 worst over the seeds). Latency: the fp32 model and each quantizer's model of the first seed compiled
 side by side in this process (CPU plugin, ``--threads`` threads, one stream), timed interleaved on the
-first evaluation sample, ``--repeats`` medians, ratios against OpenVINO fp32. Results: JSON (``--out``)
+first evaluation sample, ``--rounds`` rounds of ``--repeats`` runs; each model's time relative to NNCF's
+default model is the median of the rounds' ratios. Results: JSON (``--out``)
 and a markdown table on stdout.
 """
 
@@ -106,18 +107,28 @@ def int8_layers(model, precision: str) -> tuple[int, int]:
     return len(int8), len(floats)
 
 
-def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str) -> dict[str, float]:
+def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str, rounds: int = 5) -> dict:
+    """Median ms of each model and the median over ``rounds`` of its per-round ratio to NNCF's default
+    model (every model timed interleaved, ``repeats`` per round: a shared machine's load hits all alike)."""
     requests = {k: compiled(m, threads, precision).create_infer_request() for k, m in models.items()}
     for r in requests.values():
         for _ in range(3):
             r.infer(feed)
-    times = {k: [] for k in requests}
-    for _ in range(repeats):
-        for k, r in requests.items():
-            t = time.perf_counter()
-            r.infer(feed)
-            times[k].append((time.perf_counter() - t) * 1000)
-    return {k: statistics.median(v) for k, v in times.items()}
+    times: dict[str, list[float]] = {k: [] for k in requests}
+    ratios: dict[str, list[float]] = {k: [] for k in requests}
+    ref = "nncf" if "nncf" in requests else next(iter(requests))
+    for _ in range(rounds):
+        this = {k: [] for k in requests}
+        for _ in range(repeats):
+            for k, r in requests.items():
+                t = time.perf_counter()
+                r.infer(feed)
+                this[k].append((time.perf_counter() - t) * 1000)
+        for k in requests:
+            times[k] += this[k]
+            ratios[k].append(statistics.median(this[k]) / statistics.median(this[ref]))
+    return {"ms": {k: statistics.median(v) for k, v in times.items()},
+            "vs_nncf": {k: statistics.median(v) for k, v in ratios.items()}}
 
 
 def run_task(name: str, args, tmp: Path) -> dict:
@@ -167,8 +178,9 @@ def run_task(name: str, args, tmp: Path) -> dict:
         n = len(res["configs"][c]["per_seed"])
         res["configs"][c]["mean"] = sum(ok) / len(ok) if ok else None
         res["configs"][c]["worst"] = min(ok) if ok and len(ok) == n else None
-    ms = latency(first, feeds[0], args.threads, args.repeats, args.precision)
-    res["latency_ms"] = ms
+    timed = latency(first, feeds[0], args.threads, args.repeats, args.precision, args.rounds)
+    ms = res["latency_ms"] = timed["ms"]
+    res["time_vs_nncf"] = timed["vs_nncf"]
     res["int8_layers"] = {k: int8_layers(m, args.precision) for k, m in first.items()}
     print(f"   latency ({args.threads} thread(s), ms): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
           + " | int8/float conv+matmul layers: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in res["int8_layers"].items()),
@@ -194,7 +206,8 @@ def markdown(results: list[dict]) -> str:
         cells = [f"{_fmt(c[k]['mean'])} / {_fmt(c[k]['worst'])}" if c[k]["mean"] is not None else "-"
                  for k in ("nncf", "nncf_best", "qnnx")]
         times = " / ".join(f"{ms[k]:.2f}" if k in ms else "-" for k in ("fp32", "nncf", "nncf_best", "qnnx"))
-        ratio = ", ".join(f"{ms[k] / ms['qnnx']:.2f}x" if k in ms and "qnnx" in ms else "-"
+        rel = r.get("time_vs_nncf", {})
+        ratio = ", ".join(f"{rel[k] / rel['qnnx']:.3f}x" if k in rel and "qnnx" in rel else "-"
                           for k in ("nncf", "nncf_best"))
         lines.append(f"| {r['task']} | {r['metric']} | {r['fp32']:.4f} | " + " | ".join(cells) + f" | {times} | {ratio} |")
     return "\n".join(lines)
@@ -209,7 +222,8 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1, help="inference threads of the latency runs")
     ap.add_argument("--score-threads", type=int, default=2, help="inference threads while scoring")
-    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=20, help="timed runs of each model per round")
+    ap.add_argument("--rounds", type=int, default=5, help="latency rounds (the ratio to NNCF: median of the rounds')")
     ap.add_argument("--precision", default="default", help="INFERENCE_PRECISION_HINT (default: the plugin's)")
     ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
     ap.add_argument("--only", nargs="+", help="a subset of the quantizers (nncf nncf_best qnnx qnnx_ort)")

@@ -25,6 +25,7 @@ from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, is_float_ac
 from qnnx.autoquant.report import Decision
 from qnnx.calibrate import QParams, qparams_from_range
 from qnnx.errors import QnnxError
+from qnnx.targets.execution import MatchFacts
 
 @dataclass
 class Plan:
@@ -162,17 +163,15 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
 
 
 def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
-    """The plan as a target executes it: ``execution(kind, op_type, activations)`` (a target's
-    :class:`~qnnx.targets.execution.Int8Execution` for a match: its pattern's kind, its anchor's op type,
-    its number of activation inputs). A match the target runs in float is dropped, its decision saying
+    """The plan as a target executes it: ``execution(facts)`` (a target's
+    :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target runs in float is dropped, its decision saying
     why; one it runs with integer inputs and a float output loses its output qparams (its readers quantize
     the value when they are integer themselves). ``hoist``: the target wants quantizers above data
     movement (:func:`hoist_quantizers`). ``the_plan`` itself when nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
     matches, changed = [], False
     for m in the_plan.matches:
-        how = execution(pattern_named(m.pattern).kind, m.nodes[0].op_type,
-                        sum(t.role == "activation" for t in m.inputs))
+        how = execution(match_facts(m))
         if how.inputs and how.output:
             matches.append(m)
             continue
@@ -190,6 +189,33 @@ def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
         changed = changed or hoisted != matches
         matches = hoisted
     return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
+
+
+def match_facts(m: PatternMatch) -> MatchFacts:
+    """What a target is told about ``m``."""
+    anchor = m.nodes[0]
+    return MatchFacts(pattern_named(m.pattern).kind, anchor.op_type, sum(t.role == "activation" for t in m.inputs),
+                      anchor.op_type == "Mul" and gates_itself(anchor))
+
+
+def gates_itself(mul: ir.Node, depth: int = 4) -> bool:
+    """``mul`` multiplies a value by an elementwise function of it (SiLU ``x * Sigmoid(x)``, hard-swish
+    spelled ``x * HardSigmoid(x)``, ``x * Clip(x + 3, 0, 6)``): an activation, not a product of two
+    signals."""
+    if len(mul.inputs) != 2 or any(v is None for v in mul.inputs):
+        return False
+    for x, g in (mul.inputs, mul.inputs[::-1]):
+        for _ in range(depth):
+            p = g.producer()
+            if p is None or not ops.elementwise(p):
+                break
+            acts = [v for v in p.inputs if is_float_activation(v)]
+            if len(acts) != 1:
+                break
+            g = acts[0]
+            if g is x:
+                return True
+    return False
 
 
 def _passed_on(node: ir.Node) -> list[ir.Value] | None:

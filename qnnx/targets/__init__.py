@@ -2,9 +2,8 @@
 
 A target has a ``name``, a flag and four methods, the only runtime-specific code of automatic quantization:
 
-    execution(kind, op_type, activations) -> Int8Execution
-                                       how it executes a pattern match (its kind, its anchor's op type, its
-                                       number of activation inputs): quantized whole, inputs only (float
+    execution(facts) -> Int8Execution  how it executes a pattern match (execution.MatchFacts: its kind,
+                                       its anchor's op type, ...): quantized whole, inputs only (float
                                        output), or float (execution.py); the plan stage applies it
     hoists_quantizers                  whether quantizers go above data movement whose readers all read
                                        quantized values (``autoquant.plan.hoist_quantizers``)

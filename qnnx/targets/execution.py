@@ -5,9 +5,9 @@
                                                int32 accumulator and fuses the float ops after it
     Int8Execution(inputs=False, output=False)  float (``why`` says why it is left so for this target)
 
-A target answers :meth:`execution` for a pattern kind ("conv", "matmul/gemm", "binary", ...); the plan
-stage applies the answers (``autoquant.plan.for_target``). Kinds are strings so targets need nothing of
-autoquant.
+A target answers :meth:`execution` for the :class:`MatchFacts` of each pattern match (its kind: "conv",
+"matmul/gemm", "binary", ...; its anchor's op type; ...); the plan stage applies the answers
+(``autoquant.plan.for_target``). Facts are plain values so targets need nothing of autoquant.
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ class Int8Execution:
 
 
 WHOLE = Int8Execution()
+
+
+@dataclass(frozen=True)
+class MatchFacts:
+    """What a target is told about one pattern match."""
+
+    kind: str  # the pattern's kind ("conv", "binary", ...)
+    op_type: str = ""  # its anchor's op type
+    activations: int = 1  # activation inputs (a binary op with a constant operand has one)
+    gates_itself: bool = False  # a Mul of a value and an elementwise function of it (SiLU, x * hardsigmoid(x))
 
 
 def wide_int8_weights(model: ir.Model) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from qnnx.ir import save_model
-from qnnx.targets.execution import WHOLE, Int8Execution, wide_int8_weights
+from qnnx.targets.execution import WHOLE, Int8Execution, MatchFacts, wide_int8_weights
 from qnnx.targets.onnxruntime.channel_padding import PaddingRecord, pad_depthwise_channels
 from qnnx.targets.onnxruntime.fusion_check import unfused
 from qnnx.targets.onnxruntime.kernels import u8s8_saturates
@@ -64,7 +64,7 @@ class OnnxRuntimeTarget:
 
     hoists_quantizers = False  # every pattern's output is quantized where it is made
 
-    def execution(self, kind: str, op_type: str = "", activations: int = 1) -> Int8Execution:
+    def execution(self, facts: MatchFacts) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""
         return WHOLE
 

@@ -1,16 +1,18 @@
 """OpenVINO (CPU plugin) as a deployment target.
 
-    execution  Conv, ConvTranspose, MatMul/Gemm, average pools and adds of two activations: quantized
-               inputs, float output; every other pattern float. The plugin runs a conv/matmul whose inputs
+    execution  Conv, ConvTranspose, MatMul/Gemm, average pools and binary ops of two activations
+               (residual adds, squeeze-excitation scales; not a value times a function of itself, as
+               SiLU): quantized inputs, float output; every other pattern float. The plugin runs a conv/matmul whose inputs
                are quantized on int8 kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul,
                the next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
                fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
                its CPU hardware config, never after elementwise ops).
     hoisting   quantizers go above data movement (MaxPool, Split, Concat, Reshape, ...) when every reader
                there reads quantized values: the plugin moves the dequantization down through them, runs
-               them on u8 and fuses the one quantize into the conv that makes the value. A residual add
-               reads quantized inputs for the same reason: otherwise the skip branch (a Split output in
-               YOLOv8's C2f, a block input in MobileNet) is read in float and its quantize stands alone.
+               them on u8 and fuses the one quantize into the conv that makes the value. Binary ops read
+               quantized inputs for the same reason: otherwise the skip branch (a Split output in YOLOv8's
+               C2f, a block input in MobileNet) or the scaled map of a squeeze-excitation block is read
+               in float and its quantize stands alone.
     weights    as configured (``weight_bits``); on x86 CPUs without VNNI (cpu.py) the plugin's u8 x s8 kernels
                sum pairs of products in saturating 16 bits (255 * 127 * 2 > 32767): the check notes a model
                whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
@@ -29,7 +31,7 @@ import onnx_ir as ir
 
 from qnnx import ops
 from qnnx.errors import QnnxError
-from qnnx.targets.execution import Int8Execution, wide_int8_weights
+from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_weights
 from qnnx.targets.openvino.cpu import pairs_saturate
 from qnnx.targets.openvino.execution_check import contractions, executed_layers
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
@@ -70,11 +72,11 @@ class OpenVinoTarget:
     name = "openvino"
     hoists_quantizers = True
 
-    def execution(self, kind: str, op_type: str = "", activations: int = 1) -> Int8Execution:
-        if kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
+    def execution(self, facts: MatchFacts) -> Int8Execution:
+        if facts.kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
             return INPUTS_ONLY
-        if kind == "binary" and op_type == "Add" and activations == 2:
-            return INPUTS_ONLY
+        if facts.kind == "binary" and facts.activations == 2 and not facts.gates_itself:
+            return INPUTS_ONLY  # a residual add, a squeeze-excitation scale: not SiLU's gate (a conv post-op)
         return FLOAT
 
     def export(self, qdq: ir.Model) -> ir.Model:

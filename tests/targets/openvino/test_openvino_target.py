@@ -4,13 +4,15 @@ and ``qnnx compare`` on the CPU plugin (marked ``openvino``, skipped without the
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 from float_graphs import Graph, conv_weight, qdq_of, qparams_of, samples
 
 import qnnx
 from qnnx import QuantConfig
 from qnnx.targets import target
-from qnnx.targets.execution import Int8Execution
+from qnnx.autoquant.plan import gates_itself
+from qnnx.targets.execution import Int8Execution, MatchFacts
 
 
 def _model():
@@ -57,10 +59,18 @@ def test_openvino_quantizes_conv_and_residual_add_inputs_and_leaves_the_elementw
     assert why["a"].quantized and "float output" in why["a"].reason
 
 
-def test_openvino_leaves_an_add_of_a_constant_float():
-    assert target("openvino").execution("binary", "Add", 1).inputs is False
-    assert target("openvino").execution("binary", "Mul", 2).inputs is False
-    assert target("openvino").execution("binary", "Add", 2).inputs is True
+def test_openvino_quantizes_binary_ops_of_two_signals_only():
+    ov = target("openvino")
+    assert ov.execution(MatchFacts("binary", "Add", 1)).inputs is False  # a constant operand
+    assert ov.execution(MatchFacts("binary", "Mul", 2, gates_itself=True)).inputs is False  # SiLU's gate
+    assert ov.execution(MatchFacts("binary", "Mul", 2)).inputs is True  # a squeeze-excitation scale
+    assert ov.execution(MatchFacts("binary", "Add", 2)).inputs is True  # a residual add
+    assert ov.execution(MatchFacts("elementwise", "Sigmoid")).inputs is False
+
+
+def test_a_value_times_a_function_of_itself_gates_itself():
+    model = ir.from_proto(_model())
+    assert gates_itself(next(n for n in model.graph if n.name == "silu"))
 
 
 def _branchy_model(float_reader: bool = False):
@@ -115,7 +125,7 @@ def test_onnxruntime_quantizes_the_same_model_whole():
     qm = _quantized("onnxruntime")
     q = _quantize_inputs(qm.qdq)
     assert len(q) > 2  # conv outputs, the sigmoid, the residual add are quantized too
-    assert target("onnxruntime").execution("binary", "Add", 2) == Int8Execution()
+    assert target("onnxruntime").execution(MatchFacts("binary", "Add", 2)) == Int8Execution()
 
 
 def test_the_openvino_canonical_form_keeps_the_unquantized_ops_float_and_is_close_to_float():
