@@ -66,6 +66,9 @@ class Target:
     # Data-movement nodes between ``value`` and the pattern (a target that quantizes before them:
     # ``plan.hoist_quantizers``); they read the quantized value too.
     through: tuple[ir.Node, ...] = ()
+    # Quantized with zero point 0: uint8 when it never goes negative, else int8 symmetric (a target's kernel
+    # needs it: plan.zero_point_zero).
+    zero_point_zero: bool = False
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from qnnx.autoquant.config import QuantConfig
 from qnnx.autoquant.float_inputs import keep_inputs_float
 from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, is_float_activation, pattern_named, patterns_for
 from qnnx.autoquant.report import Decision
-from qnnx.calibrate import QParams, qparams_from_range
+from qnnx.calibrate import QParams, qparams_from_range, quant_range
 from qnnx.errors import QnnxError
 from qnnx.targets.execution import MatchFacts
 
@@ -181,7 +181,9 @@ def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
             if d is not None:
                 d.quantized, d.pattern, d.reason = False, None, how.why or "the target runs it in float"
             continue
-        matches.append(PatternMatch(m.pattern, m.nodes, m.inputs, (), m.bias))
+        inputs = tuple(replace(t, zero_point_zero=True) if how.zero_point_inputs and t.role == "activation" else t
+                       for t in m.inputs)
+        matches.append(PatternMatch(m.pattern, m.nodes, inputs, (), m.bias))
         if d is not None and m.outputs:
             d.reason += "; float output (the target's integer kernel dequantizes it)"
     if hoist:
@@ -265,6 +267,7 @@ def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
     out = []
     for m in matches:
         found: dict[ir.Value, tuple[ir.Node, ...]] = {}  # value -> the data movement read on the way, in order
+        zero: dict[ir.Value, bool] = {}
         slots: list[ir.Value | Target] = []
         for t in m.inputs:
             if t.role != "activation" or t.fixed_range is not None or t.scaled_from is not None:
@@ -274,9 +277,12 @@ def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
                 if i == 0:
                     slots.append(v)
                 found[v] = tuple(dict.fromkeys((*found.get(v, ()), *through)))
+                zero[v] = zero.get(v, False) or t.zero_point_zero
         firsts = [s for s in slots if isinstance(s, ir.Value)]
-        new = tuple(Target(s, "activation", through=found[s]) if isinstance(s, ir.Value) else s for s in slots)
-        new += tuple(Target(v, "activation", through=through) for v, through in found.items() if v not in firsts)
+        new = tuple(Target(s, "activation", through=found[s], zero_point_zero=zero[s]) if isinstance(s, ir.Value)
+                    else s for s in slots)
+        new += tuple(Target(v, "activation", through=through, zero_point_zero=zero[v]) for v, through in found.items()
+                     if v not in firsts)
         out.append(m if new == m.inputs else PatternMatch(m.pattern, m.nodes, new, m.outputs, m.bias))
     return out
 
@@ -368,10 +374,24 @@ def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) 
                 if qp is not None:
                     roots[t.value] = QParams((qp.scale * np.float32(factor)).astype(np.float32), qp.zero_point,
                                              qp.dtype, qp.axis)
+    for r in {the_plan.groups.get(t.value, t.value) for m in the_plan.matches for t in m.inputs if t.zero_point_zero}:
+        if r in roots:
+            roots[r] = zero_point_zero(roots[r])
     out = {v.name: roots[r] for v, r in the_plan.groups.items() if r in roots}
     out.update({t.value.name: roots[t.value] for m in the_plan.matches for t in m.outputs
                 if (t.fixed_range is not None or t.scaled_from is not None) and t.value in roots})
     return out
+
+
+def zero_point_zero(qp: QParams) -> QParams:
+    """``qp``'s range with zero point 0: uint8 ``[0, hi]`` when it does not go negative, else int8
+    symmetric over ``max(|lo|, |hi|)``. Per-tensor qparams only (activations)."""
+    qmin, qmax = quant_range(qp.dtype)
+    scale, zp = float(np.asarray(qp.scale).reshape(())), int(np.asarray(qp.zero_point).reshape(()))
+    lo, hi = (qmin - zp) * scale, (qmax - zp) * scale
+    if lo >= 0:
+        return qp if zp == 0 else qparams_from_range(0.0, hi, "uint8", symmetric=False)
+    return qparams_from_range(lo, hi, "int8", symmetric=True)
 
 
 def checked(the_plan: Plan, act_qparams: dict[str, QParams]) -> tuple[Plan, dict[str, QParams]]:

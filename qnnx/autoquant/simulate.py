@@ -43,6 +43,7 @@ class QParamInputs:
     enabled: str
     observed: str
     zero_point_dtype: str = "int32"  # the activation type in the standard form
+    dtype: str = "uint8"  # the integer type the pair rounds and clips to
 
 
 def _scalar_input(graph: ir.Graph, name: str, dtype: ir.DataType) -> ir.Value:
@@ -86,7 +87,7 @@ class SimulatedRewriter(AffineRewriter):
         out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), v.shape
         name = v.name
         insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
-        self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name)
+        self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name, self.dtype.name)
         self.enabled[s.name] = on
         return s
 
@@ -189,8 +190,12 @@ def qparam_feed(inputs: dict[str, QParamInputs], qparams: dict[str, QParams],
         on = qp is not None and (enabled is None or name in enabled)
         if qp is not None and np.asarray(qp.scale).size != 1:
             raise AssertionError(f"{name!r}: simulated activations take per-tensor qparams")
+        zp = 0
+        if on:  # qparams of another 8-bit type (int8 symmetric in a uint8 pair): the same grid, shifted
+            zp = int(np.asarray(qp.zero_point).reshape(())) + int_type(inp.dtype).qmin - int_type(qp.dtype).qmin
+            if int_type(inp.dtype).bits != int_type(qp.dtype).bits:
+                raise AssertionError(f"{name!r}: {qp.dtype} qparams in a simulated {inp.dtype} pair")
         feed[inp.scale] = np.asarray(qp.scale if on else 1.0, np.float32).reshape(())
-        feed[inp.zero_point] = np.asarray(qp.zero_point if on else 0).astype(
-            int_type(inp.zero_point_dtype).numpy).reshape(())
+        feed[inp.zero_point] = np.asarray(zp).astype(int_type(inp.zero_point_dtype).numpy).reshape(())
         feed[inp.enabled] = np.asarray(on)
     return feed

@@ -23,6 +23,7 @@ class Int8Execution:
     inputs: bool = True
     output: bool = True
     why: str = ""
+    zero_point_inputs: bool = False  # its integer inputs need zero point 0 (OpenVINO's MatMul of two activations)
 
     def __post_init__(self):
         if self.output and not self.inputs:

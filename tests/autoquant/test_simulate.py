@@ -16,7 +16,7 @@ from float_graphs import Graph, conv_weight, main_model, run_ort, samples
 import qnnx
 from qnnx import QuantConfig
 from qnnx.autoquant.calibration import calibrate_float, calibrate_sequential
-from qnnx.autoquant.plan import activation_qparams, concat_inputs_take_output_qparams, plan
+from qnnx.autoquant.plan import activation_qparams, concat_inputs_take_output_qparams, plan, zero_point_zero
 from qnnx.autoquant.prepare import prepare
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
@@ -279,3 +279,22 @@ def test_sequential_calibration_reads_a_one_shot_iterator_through_the_kept_sampl
     listed = qnnx.quantize(main_model(), samples(4), config)
     assert once.report.num_samples == 4
     assert ir.to_proto(once.qdq).SerializeToString() == ir.to_proto(listed.qdq).SerializeToString()
+
+
+@pytest.mark.parametrize("standard", [False, True], ids=["dialect", "standard"])
+def test_int8_symmetric_qparams_in_a_uint8_pair_give_the_qdq_outputs_bit_for_bit(standard):
+    """Zero-point-0 targets (plan.zero_point_zero) get int8 qparams after calibration while the simulated
+    pairs are uint8: fed shifted by 128, they round and clip on the same grid."""
+    proto, shape = _binary()
+    fm = prepare(proto)
+    the_plan = plan(fm, CFG)
+    act = {k: zero_point_zero(v) for k, v in _chosen(fm, the_plan, samples(6, shape)).items()}
+    assert any(qp.dtype == "int8" for qp in act.values())
+    qdq = realize_qdq(fm, the_plan, act, CFG)
+    sim, inputs = simulate_model(fm, the_plan, CFG, standard=standard)
+    lowered = qnnx.lower(sim)
+    for x in samples(4, shape, seed=5, scale=1.5):
+        want = run_ort(qdq, {"x": x}, optimize=False)
+        got = run_ort(lowered, {"x": x, **qparam_feed(inputs, act)}, optimize=False)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w)

@@ -2,7 +2,9 @@
 
     execution  Conv, ConvTranspose, MatMul/Gemm, average pools and binary ops of two activations
                (residual adds, squeeze-excitation scales; not a value times a function of itself, as
-               SiLU): quantized inputs, float output; every other pattern float. The plugin runs a conv/matmul whose inputs
+               SiLU): quantized inputs, float output; every other pattern float. A MatMul of two
+               activations (attention) gets zero point 0 on both inputs (uint8 when a value never goes
+               negative, else int8 symmetric): the plugin runs it in int8 only then. The plugin runs a conv/matmul whose inputs
                are quantized on int8 kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul,
                the next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
                fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
@@ -37,6 +39,7 @@ from qnnx.targets.openvino.execution_check import contractions, executed_layers
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
 
 INPUTS_ONLY = Int8Execution(inputs=True, output=False)
+ZERO_POINT_INPUTS = Int8Execution(inputs=True, output=False, zero_point_inputs=True)
 FLOAT = Int8Execution(inputs=False, output=False,
                       why="left float for OpenVINO: its CPU plugin fuses it into the conv/matmul kernel before it "
                           "(a quantize there would cut the fusion)")
@@ -73,6 +76,8 @@ class OpenVinoTarget:
     hoists_quantizers = True
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
+        if facts.kind == "matmul/gemm" and facts.activations == 2:
+            return ZERO_POINT_INPUTS  # attention's products: the plugin's int8 MatMul takes no zero points
         if facts.kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
             return INPUTS_ONLY
         if facts.kind == "binary" and facts.activations == 2 and not facts.gates_itself:

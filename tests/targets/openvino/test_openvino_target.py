@@ -115,6 +115,48 @@ def test_openvino_keeps_the_quantize_below_a_value_read_in_float():
     assert qm.qdq.graph.outputs[1].producer().op_type == "MaxPool"
 
 
+def _attention_model():
+    """q = x Wq, k = x Wk (signed), p = Softmax(q k^T) (non-negative), y = p v: two MatMuls of activations."""
+    rng = np.random.default_rng(2)
+    g = Graph()
+    x = g.input("x", [1, 6, 8])
+    q = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wq")], name="q", out="q_out")
+    k = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk")], name="k", out="k_out")
+    kt = g.node("Transpose", [k], name="kt", perm=[0, 2, 1], out="kt_out")
+    s = g.node("MatMul", [q, kt], name="scores", out="scores_out")
+    p = g.node("Softmax", [s], name="softmax", axis=-1, out="p_out")
+    g.node("MatMul", [p, q], name="context", out="y")
+    return g.model("y")
+
+
+def test_openvino_gives_the_inputs_of_a_matmul_of_two_activations_zero_points_0():
+    qm = qnnx.quantize(_attention_model(), samples(8, shape=(1, 6, 8)),
+                       config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
+                                          bias_correction="off"))
+    zero = {}
+    for n in qm.qdq.graph:
+        if n.op_type == "QuantizeLinear":
+            scale, zp = qparams_of(n)
+            zero[n.inputs[0].name] = (zp.dtype, int(zp))
+    assert zero["q_out"] == (np.int8, 0)
+    assert zero["k_out"] == (np.int8, 0) and "kt_out" not in zero  # above the Transpose (data movement)
+    assert zero["p_out"] == (np.uint8, 0)  # probabilities never go negative: uint8 from 0
+    assert zero["x"][0] == np.uint8  # the projections' input keeps its calibrated zero point
+
+
+def test_zero_point_zero_keeps_the_range_with_zero_point_0():
+    from qnnx.autoquant.plan import zero_point_zero
+    from qnnx.calibrate import qparams_from_range
+
+    asymmetric = qparams_from_range(-1.0, 3.0, "uint8", symmetric=False)
+    hi = (255 - int(asymmetric.zero_point)) * float(asymmetric.scale)
+    signed = zero_point_zero(asymmetric)
+    assert signed.dtype == "int8" and int(signed.zero_point) == 0
+    assert float(signed.scale) * 127.5 == pytest.approx(hi)  # the same largest value, symmetric around 0
+    positive = qparams_from_range(0.0, 2.0, "uint8", symmetric=False)
+    assert zero_point_zero(positive) is positive
+
+
 def test_onnxruntime_does_not_hoist():
     qm = _quantize_branchy("onnxruntime")
     quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
