@@ -196,8 +196,20 @@ def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
 def match_facts(m: PatternMatch) -> MatchFacts:
     """What a target is told about ``m``."""
     anchor = m.nodes[0]
-    return MatchFacts(pattern_named(m.pattern).kind, anchor.op_type, sum(t.role == "activation" for t in m.inputs),
-                      anchor.op_type == "Mul" and gates_itself(anchor))
+    acts = [t.value for t in m.inputs if t.role == "activation"]
+    return MatchFacts(pattern_named(m.pattern).kind, anchor.op_type, len(acts),
+                      anchor.op_type == "Mul" and gates_itself(anchor),
+                      tuple(_origin_op(v) for v in acts))
+
+
+def _origin_op(v: ir.Value) -> str:
+    """The op type computing ``v``, past the data movement after it ("" for a graph input)."""
+    p = v.producer()
+    for _ in range(16):
+        if p is None or not ops.shares_qparams(p) or not p.inputs or p.inputs[0] is None:
+            break
+        p = p.inputs[0].producer()
+    return p.op_type if p is not None else ""
 
 
 def gates_itself(mul: ir.Node, depth: int = 4) -> bool:

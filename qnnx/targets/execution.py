@@ -41,6 +41,7 @@ class MatchFacts:
     op_type: str = ""  # its anchor's op type
     activations: int = 1  # activation inputs (a binary op with a constant operand has one)
     gates_itself: bool = False  # a Mul of a value and an elementwise function of it (SiLU, x * hardsigmoid(x))
+    input_ops: tuple[str, ...] = ()  # op types making its activation inputs, past data movement ("": graph input)
 
 
 def wide_int8_weights(model: ir.Model) -> bool:

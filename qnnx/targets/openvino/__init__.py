@@ -3,8 +3,10 @@
     execution  Conv, ConvTranspose, MatMul/Gemm, average pools and binary ops of two activations
                (residual adds, squeeze-excitation scales; not a value times a function of itself, as
                SiLU): quantized inputs, float output; every other pattern float. A MatMul of two
-               activations (attention) gets zero point 0 on both inputs (uint8 when a value never goes
-               negative, else int8 symmetric): the plugin runs it in int8 only then. The plugin runs a conv/matmul whose inputs
+               activations (attention's queries x keys) gets zero point 0 on both inputs (uint8 when a
+               value never goes negative, else int8 symmetric): the plugin runs it in int8 only then;
+               one reading a Softmax (probabilities x values) stays float (as NNCF leaves it): the
+               quantize of the probability map cost more than the int8 MatMul saved (all-MiniLM-L6-v2). The plugin runs a conv/matmul whose inputs
                are quantized on int8 kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul,
                the next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
                fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
@@ -40,6 +42,9 @@ from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
 
 INPUTS_ONLY = Int8Execution(inputs=True, output=False)
 ZERO_POINT_INPUTS = Int8Execution(inputs=True, output=False, zero_point_inputs=True)
+FLOAT_PROBABILITIES = Int8Execution(inputs=False, output=False,
+                                    why="left float for OpenVINO: quantizing the attention probabilities costs "
+                                        "more than the int8 MatMul saves")
 FLOAT = Int8Execution(inputs=False, output=False,
                       why="left float for OpenVINO: its CPU plugin fuses it into the conv/matmul kernel before it "
                           "(a quantize there would cut the fusion)")
@@ -77,7 +82,9 @@ class OpenVinoTarget:
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         if facts.kind == "matmul/gemm" and facts.activations == 2:
-            return ZERO_POINT_INPUTS  # attention's products: the plugin's int8 MatMul takes no zero points
+            if "Softmax" in facts.input_ops:  # attention's probabilities times values: a quantize of the
+                return FLOAT_PROBABILITIES    # heads x tokens x tokens map costs more than the MatMul gains
+            return ZERO_POINT_INPUTS  # queries times keys: the plugin's int8 MatMul takes no zero points
         if facts.kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
             return INPUTS_ONLY
         if facts.kind == "binary" and facts.activations == 2 and not facts.gates_itself:

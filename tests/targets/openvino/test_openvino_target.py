@@ -66,6 +66,8 @@ def test_openvino_quantizes_binary_ops_of_two_signals_only():
     assert ov.execution(MatchFacts("binary", "Mul", 2)).inputs is True  # a squeeze-excitation scale
     assert ov.execution(MatchFacts("binary", "Add", 2)).inputs is True  # a residual add
     assert ov.execution(MatchFacts("elementwise", "Sigmoid")).inputs is False
+    assert ov.execution(MatchFacts("matmul/gemm", "MatMul", 2, input_ops=("Mul", "Transpose"))).zero_point_inputs
+    assert not ov.execution(MatchFacts("matmul/gemm", "MatMul", 2, input_ops=("Softmax", "Reshape"))).inputs
 
 
 def test_a_value_times_a_function_of_itself_gates_itself():
@@ -129,7 +131,7 @@ def _attention_model():
     return g.model("y")
 
 
-def test_openvino_gives_the_inputs_of_a_matmul_of_two_activations_zero_points_0():
+def test_openvino_gives_queries_and_keys_zero_points_0_and_leaves_probabilities_float():
     qm = qnnx.quantize(_attention_model(), samples(8, shape=(1, 6, 8)),
                        config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
                                           bias_correction="off"))
@@ -140,8 +142,10 @@ def test_openvino_gives_the_inputs_of_a_matmul_of_two_activations_zero_points_0(
             zero[n.inputs[0].name] = (zp.dtype, int(zp))
     assert zero["q_out"] == (np.int8, 0)
     assert zero["k_out"] == (np.int8, 0) and "kt_out" not in zero  # above the Transpose (data movement)
-    assert zero["p_out"] == (np.uint8, 0)  # probabilities never go negative: uint8 from 0
+    assert "p_out" not in zero  # probabilities x values stays float: no quantize of the probability map
     assert zero["x"][0] == np.uint8  # the projections' input keeps its calibrated zero point
+    why = {d.node: d for d in qm.report.decisions}
+    assert not why["context"].quantized and "probabilities" in why["context"].reason
 
 
 def test_zero_point_zero_keeps_the_range_with_zero_point_0():
