@@ -273,8 +273,9 @@ def quantize(
                                                                   "type")] = DEFAULT_ACTIVATION_DTYPE,
         target: Annotated[Runtime, typer.Option(
             "--target", help="the runtime the model is quantized and its QDQ file shaped for: onnxruntime (every "
-            "pattern integer, ORT's kernels' shaping) or openvino (only conv/matmul/pool inputs quantized, so the "
-            "CPU plugin fuses the float ops after them)")] = Runtime(QuantConfig.target),
+            "pattern integer, ORT's kernels' shaping) or openvino (the inputs of convs, matmuls, pools and binary ops "
+            "of two signals quantized, above data movement, so the CPU plugin fuses the float ops after them)")
+        ] = Runtime(QuantConfig.target),
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[int, typer.Option(
