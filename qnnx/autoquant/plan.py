@@ -397,7 +397,10 @@ def activation_qparams(the_plan: Plan, root_qparams: dict, config: QuantConfig) 
 
 def zero_point_zero(qp: QParams) -> QParams:
     """``qp``'s range with zero point 0: uint8 ``[0, hi]`` when it does not go negative, else int8
-    symmetric over ``max(|lo|, |hi|)``. Per-tensor qparams only (activations)."""
+    symmetric over ``max(|lo|, |hi|)``. Per-channel or 16-bit qparams are returned as they are (the target
+    then runs the op in float; its check reports it)."""
+    if np.asarray(qp.scale).size != 1 or qp.dtype not in ("uint8", "int8"):
+        return qp
     qmin, qmax = quant_range(qp.dtype)
     scale, zp = float(np.asarray(qp.scale).reshape(())), int(np.asarray(qp.zero_point).reshape(()))
     lo, hi = (qmin - zp) * scale, (qmax - zp) * scale

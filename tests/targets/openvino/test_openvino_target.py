@@ -159,6 +159,8 @@ def test_zero_point_zero_keeps_the_range_with_zero_point_0():
     assert float(signed.scale) * 127.5 == pytest.approx(hi)  # the same largest value, symmetric around 0
     positive = qparams_from_range(0.0, 2.0, "uint8", symmetric=False)
     assert zero_point_zero(positive) is positive
+    wide = qparams_from_range(-1.0, 3.0, "uint16", symmetric=False)
+    assert zero_point_zero(wide) is wide  # 16-bit activations: left as they are
 
 
 def test_onnxruntime_does_not_hoist():
