@@ -370,6 +370,24 @@ def data_inputs(node) -> list:
     return [v for v in inputs if v is not None]
 
 
+def passed_on(node) -> list | None:
+    """The inputs whose values a data-movement node hands on unchanged (a Concat's every input, a
+    qparams-sharing op's first: Reshape, Split, MaxPool, nearest Resize...), or None when ``node``
+    computes new values."""
+    if node.domain not in ("", "ai.onnx") or not (node.op_type == "Concat" or shares_qparams(node)):
+        return None
+    return data_inputs(node) or None
+
+
+def maker(v, past: Callable[[object], bool]):
+    """The node computing ``v``'s values, walking up past the nodes ``past`` accepts (through their first
+    input); None for a graph input or an initializer."""
+    p = v.producer()
+    while p is not None and past(p) and p.inputs and p.inputs[0] is not None:
+        p = p.inputs[0].producer()
+    return p
+
+
 def op_types(fact: Callable[[OpFacts], object]) -> tuple[str, ...]:
     """The op types whose row has ``fact`` (a predicate of the row, e.g. ``lambda f: f.moves_data``), in
     table order: for registering one rule or pattern for all of them."""

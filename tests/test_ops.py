@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
+from float_graphs import Graph
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -327,3 +329,20 @@ def test_fragile_inputs_have_an_unbounded_slope(op_type):
     d = 1e-4
     near, far = abs(f(1.1 * d) - f(d)) / (0.1 * d), abs(f(1.0 + 1e-2) - f(1.0)) / 1e-2
     assert near > 50 * far, (near, far)
+
+
+def test_passed_on_and_maker_follow_data_movement():
+    g = Graph()
+    x = g.input("x", [1, 4, 4, 4])
+    r = g.node("Relu", [x], name="relu")
+    p = g.node("MaxPool", [r], name="pool", kernel_shape=[1, 1])
+    c = g.node("Concat", [p, x], name="cat", axis=1)
+    g.node("Reshape", [c, g.const(np.array([1, -1], np.int64), "shape")], name="flat", out="y")
+    model = ir.from_proto(g.model("y"))
+    nodes = {n.name: n for n in model.graph}
+    assert [v.name for v in ops.passed_on(nodes["cat"])] == [p, "x"]
+    assert [v.name for v in ops.passed_on(nodes["flat"])] == [c]  # the data, not the shape
+    assert ops.passed_on(nodes["relu"]) is None
+    y = model.graph.outputs[0]
+    assert ops.maker(y, lambda n: ops.passed_on(n) is not None).name == "relu"  # past Reshape, Concat, MaxPool
+    assert ops.maker(y, ops.shares_qparams).name == "cat"  # a Concat does not share qparams

@@ -164,8 +164,8 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
 
 def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
     """The plan as a target executes it: ``execution(facts)`` (a target's
-    :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target runs in float is dropped, its decision saying
-    why; one it runs with integer inputs and a float output loses its output qparams (its readers quantize
+    :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target
+    runs in float is dropped, its decision saying why; one it runs with integer inputs and a float output loses its output qparams (its readers quantize
     the value when they are integer themselves). ``hoist``: the target wants quantizers above data
     movement (:func:`hoist_quantizers`). ``the_plan`` itself when nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
@@ -204,11 +204,7 @@ def match_facts(m: PatternMatch) -> MatchFacts:
 
 def _origin_op(v: ir.Value) -> str:
     """The op type computing ``v``, past the data movement after it ("" for a graph input)."""
-    p = v.producer()
-    for _ in range(16):
-        if p is None or not ops.shares_qparams(p) or not p.inputs or p.inputs[0] is None:
-            break
-        p = p.inputs[0].producer()
+    p = ops.maker(v, ops.shares_qparams)
     return p.op_type if p is not None else ""
 
 
@@ -232,18 +228,6 @@ def gates_itself(mul: ir.Node, depth: int = 4) -> bool:
     return False
 
 
-def _passed_on(node: ir.Node) -> list[ir.Value] | None:
-    """The inputs whose values a data-movement node passes on unchanged in number (a Concat's every
-    input; a qparams-sharing op's first), or None when ``node`` computes."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if node.op_type == "Concat":
-        return list(node.inputs)
-    if ops.shares_qparams(node) and node.inputs and node.inputs[0] is not None:
-        return [node.inputs[0]]
-    return None
-
-
 def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
     """Activation inputs moved above the data movement before them (MaxPool, Split, Concat, Reshape,
     nearest Resize, ...) as long as every reader of the value above reads it quantized: a pattern input,
@@ -265,13 +249,13 @@ def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
         return memo[id(v)]
 
     def passes_on(node: ir.Node, index: int) -> bool:
-        moved = _passed_on(node)
+        moved = ops.passed_on(node)
         return (moved is not None and index < len(moved) and node.inputs[index] in moved
                 and all(read_quantized(o) for o in node.outputs))
 
     def sources(v: ir.Value, through: tuple[ir.Node, ...]) -> list[tuple[ir.Value, tuple[ir.Node, ...]]]:
         p = v.producer()
-        moved = _passed_on(p) if p is not None else None
+        moved = ops.passed_on(p) if p is not None else None
         if not moved or not all(is_float_activation(x) and read_quantized(x) for x in moved):
             return [(v, through)]
         return [s for x in moved for s in sources(x, (*through, p))]

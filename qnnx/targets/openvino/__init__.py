@@ -98,7 +98,8 @@ class OpenVinoTarget:
         return copy
 
     def check(self, qdq: ir.Model) -> OpenVinoRecord:
-        quantized = sum(1 for n in qdq.graph if n.op_type in QUANTIZED_OPS and n.inputs and _reads_dequantized(n.inputs[0]))
+        quantized = sum(1 for n in qdq.graph
+                        if n.op_type in QUANTIZED_OPS and n.inputs and _reads_dequantized(n.inputs[0]))
         try:
             compiled = compile_model(self.export(qdq), threads=1)
         except QnnxError as e:
@@ -115,16 +116,8 @@ class OpenVinoTarget:
 def _reads_dequantized(v: ir.Value | None) -> bool:
     """``v`` is a DequantizeLinear's output, directly or through data movement (the plugin moves the
     dequantization down through it)."""
-    for _ in range(64):
-        p = v.producer() if v is not None else None
-        if p is None:
-            return False
-        if p.op_type == "DequantizeLinear":
-            return True
-        if not (p.op_type == "Concat" or ops.shares_qparams(p)) or not p.inputs:
-            return False
-        v = p.inputs[0]
-    return False
+    p = ops.maker(v, lambda n: ops.passed_on(n) is not None) if v is not None else None
+    return p is not None and p.op_type == "DequantizeLinear"
 
 
 __all__ = ["OpenVinoRecord", "OpenVinoTarget"]

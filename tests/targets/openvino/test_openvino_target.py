@@ -16,7 +16,7 @@ from qnnx.targets.execution import Int8Execution, MatchFacts
 
 
 def _model():
-    """x -> conv a -> HardSigmoid-gated (x * Sigmoid(x)) -> conv b -> + x residual -> y."""
+    """x -> conv a -> SiLU (a * Sigmoid(a)) -> conv b -> + x residual -> y."""
     rng = np.random.default_rng(0)
     g = Graph()
     x = g.input("x", [1, 4, 8, 8])
