@@ -5,12 +5,14 @@
                SiLU): quantized inputs, float output; every other pattern float. A MatMul of two
                activations (attention's queries x keys) gets zero point 0 on both inputs (uint8 when a
                value never goes negative, else int8 symmetric): the plugin runs it in int8 only then;
-               one reading a Softmax (probabilities x values) stays float (as NNCF leaves it): the
-               quantize of the probability map cost more than the int8 MatMul saved (all-MiniLM-L6-v2). The plugin runs a conv/matmul whose inputs
-               are quantized on int8 kernels and fuses the float ops after it (bias, HardSwish, SiLU's Mul,
-               the next layer's quantize) into the kernel as post-ops; a Q/DQ pair between them cuts that
-               fusion. This is where NNCF's OpenVINO backend puts its quantizers (inputs of the ops of
-               its CPU hardware config, never after elementwise ops).
+               one reading a Softmax (probabilities x values) stays float, as NNCF leaves it: quantizing
+               the probability map costs more than the int8 MatMul saves (docs/benchmarks.md). The plugin
+               runs a conv/matmul whose inputs are quantized on int8 kernels and fuses the float ops
+               after it (bias, HardSwish, SiLU's Mul, the next layer's quantize) into the kernel as
+               post-ops; a Q/DQ pair between them cuts that fusion. This is where NNCF's OpenVINO backend
+               puts its quantizers (inputs of the ops of its CPU hardware config, never after
+               elementwise ops). Other activations keep the configured type (uint8 with zero points):
+               the plugin computes a Concat of int8 inputs wrongly on some CPUs (bench/ov_int8_concat.py).
     hoisting   quantizers go above data movement (MaxPool, Split, Concat, Reshape, ...) when every reader
                there reads quantized values: the plugin moves the dequantization down through them, runs
                them on u8 and fuses the one quantize into the conv that makes the value. Binary ops read
