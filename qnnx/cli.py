@@ -26,7 +26,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
-                                   WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
+                                   SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
                                    RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
@@ -74,6 +74,7 @@ class Format(str, enum.Enum):
 
 Calibrator = enum.Enum("Calibrator", {m: m for m in CALIBRATORS}, type=str)
 SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
+SymmetricActivations = enum.Enum("SymmetricActivations", {m: m for m in SYMMETRIC_ACTIVATIONS}, type=str)
 BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
@@ -354,10 +355,15 @@ def quantize(
             help="keep patterns whose output SQNR is below DB in float")] = None,
         speed_fallback: Annotated[SpeedFallback, typer.Option(
             "--speed-fallback", rich_help_panel=_REFINEMENTS,
-            help="time float and int8 variants on ONNX Runtime (CPU, 1 thread) and leave kinds of layers float "
+            help="time float and int8 variants on the --target runtime (CPU, 1 thread) and leave kinds of layers float "
             "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
             "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
+        symmetric_activations: Annotated[SymmetricActivations, typer.Option(
+            "--symmetric-activations", rich_help_panel=_REFINEMENTS,
+            help="auto: on a target whose int8 kernels run zero point 0 faster (openvino), try int8 symmetric "
+            "quantized inputs, run both models on that runtime and keep the candidate only when its outputs "
+            "stay as close to float (nothing timed); off: never")] = SymmetricActivations(_F.symmetric_activations),
         accuracy_guard: Annotated[bool, typer.Option(
             "--accuracy-guard/--no-accuracy-guard", rich_help_panel=_REFINEMENTS,
             help="while an output is far from float (SQNR < 6 dB or cosine < 0.9) or misses --min-sqnr/"
@@ -419,6 +425,7 @@ def quantize(
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
                                       min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
+                                      symmetric_activations=symmetric_activations.value,
                                       speed_plan=_read_speed_plan(speed_plan, speed_fallback.value)))
     if validation is not None and val is not None:
         raise UsageError("--validation and --val are mutually exclusive")

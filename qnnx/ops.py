@@ -388,6 +388,22 @@ def maker(v, past: Callable[[object], bool]):
     return p
 
 
+def readers_through(v, op_types: tuple[str, ...]) -> bool:
+    """Whether a node of one of ``op_types`` reads ``v``'s values, directly or through data movement
+    (:func:`passed_on`)."""
+    seen, todo = set(), [v]
+    while todo:
+        for use in todo.pop().uses():
+            node = use.node
+            if node.op_type in op_types:
+                return True
+            moved = passed_on(node)
+            if moved is not None and id(node) not in seen and any(x is node.inputs[use.idx] for x in moved):
+                seen.add(id(node))
+                todo.extend(o for o in node.outputs if o is not None)
+    return False
+
+
 def op_types(fact: Callable[[OpFacts], object]) -> tuple[str, ...]:
     """The op types whose row has ``fact`` (a predicate of the row, e.g. ``lambda f: f.moves_data``), in
     table order: for registering one rule or pattern for all of them."""
@@ -398,5 +414,5 @@ FACTS = tuple(f.name for f in fields(OpFacts) if f.name != "op_type")
 
 __all__ = ["ElementwiseFunction", "FACTS", "OPS", "OpFacts", "When", "bias_input", "channelwise", "clamps",
            "computes", "data_inputs", "elementwise", "elementwise_function", "facts", "fragile_inputs",
-           "keeps_range", "moves_data", "normalization", "op_types", "permutes_values", "quiet", "selects",
-           "shape_only", "shares_qparams", "sigmoid"]
+           "keeps_range", "maker", "moves_data", "normalization", "op_types", "passed_on", "permutes_values", "quiet",
+           "readers_through", "selects", "shape_only", "shares_qparams", "sigmoid"]

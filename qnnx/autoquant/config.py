@@ -29,6 +29,7 @@ CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
+SYMMETRIC_ACTIVATIONS = ("auto", "off")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
@@ -151,6 +152,8 @@ class RefinementOptions:
     ``max_drop``: with a metric given to ``quantize(metric=...)``, the largest drop of the metric on the
     held-out samples against the float model's (absolute, in the metric's units; 0.01 when a metric is
     given without it); the costliest patterns return to float until it is met.
+    ``symmetric_activations``: "auto" (default) tries zero point 0 on the quantized inputs on a target whose
+    kernels run them faster (OpenVINO), kept only when the target's outputs stay as close to float; "off".
     ``accuracy_guard``: True (default) returns the patterns that add the most error to float while an output
     is far from float (the report's bounds, 6 dB / 0.9) or misses the target above, and refuses a model
     whose outputs still end far from float; False writes it whatever its outputs (the report warns).
@@ -166,6 +169,7 @@ class RefinementOptions:
     min_cosine: float | None = None
     max_drop: float | None = None
     accuracy_guard: bool = True
+    symmetric_activations: str = "auto"
 
     def __post_init__(self):
         if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:
@@ -184,6 +188,7 @@ class RefinementOptions:
             object.__setattr__(self, "bias_correction", "own" if self.bias_correction else "off")
         _choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
         _choice("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)
+        _choice("symmetric_activations", self.symmetric_activations, SYMMETRIC_ACTIVATIONS)
 
 
 _SECTIONS = {"ranges": RangeOptions, "calibration": CalibrationOptions, "refinements": RefinementOptions}

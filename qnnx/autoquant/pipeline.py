@@ -19,6 +19,7 @@ from qnnx.autoquant.refinements.accuracy_guard import DEFAULT_MAX_DROP, Accuracy
 from qnnx.autoquant.refinements.bias_correction import BiasCorrection
 from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
+from qnnx.autoquant.refinements.symmetric_activations import SymmetricActivations
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import QuantReport
@@ -32,9 +33,11 @@ from qnnx.passes.lower import lower
 from qnnx.targets import target
 
 STAGES_BEFORE = (PREPARE, HOLD_OUT, SMOOTH, PLAN, CALIBRATE, REALIZE)
-# In this order: the fallbacks and the accuracy guard re-realize from nearest rounding and plain biases,
-# so the weight rounding and the bias correction come after them.
-REFINEMENTS = (SqnrFallback(), SpeedFallback(), AccuracyGuard(), WeightRounding(), BiasCorrection())
+# In this order: the zero points are chosen first (the fallbacks keep them); the fallbacks and the accuracy
+# guard re-realize from nearest rounding and plain biases, so the weight rounding and the bias correction
+# come after them.
+REFINEMENTS = (SymmetricActivations(), SqnrFallback(), SpeedFallback(), AccuracyGuard(), WeightRounding(),
+               BiasCorrection())
 STAGES_AFTER = (AGREEMENT, INTEGERIZE, TARGET_CHECK)
 
 

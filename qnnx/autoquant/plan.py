@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -391,6 +392,38 @@ def zero_point_zero(qp: QParams) -> QParams:
     if lo >= 0:
         return qp if zp == 0 else qparams_from_range(0.0, hi, "uint8", symmetric=False)
     return qparams_from_range(lo, hi, "int8", symmetric=True)
+
+
+def with_zero_point_zero(the_plan: Plan, allowed: Callable[[Target], bool]) -> tuple[Plan, set[ir.Value]]:
+    """The plan with zero point 0 (:func:`zero_point_zero`) on every quantized activation input whose share
+    group has only targets ``allowed`` accepts (a target's rule: no Concat reads it, say), and the roots of
+    the groups that changed; ``the_plan`` and an empty set when none can."""
+    groups = the_plan.groups
+    members: dict[ir.Value, list[Target]] = {}
+    for m in the_plan.matches:
+        for t in (*m.inputs, *m.outputs):
+            if t.role == "activation":
+                members.setdefault(groups.get(t.value, t.value), []).append(t)
+    roots = {groups.get(t.value, t.value) for m in the_plan.matches for t in m.inputs
+             if t.role == "activation" and not t.zero_point_zero}
+    roots = {r for r in roots if all(allowed(t) for t in members[r])}
+    if not roots:
+        return the_plan, set()
+    matches = [PatternMatch(m.pattern, m.nodes,
+                            tuple(replace(t, zero_point_zero=True)
+                                  if t.role == "activation" and groups.get(t.value, t.value) in roots else t
+                                  for t in m.inputs), m.outputs, m.bias)
+               for m in the_plan.matches]
+    return Plan(matches, groups, the_plan.decisions), roots
+
+
+def zero_point_zero_qparams(the_plan: Plan, act_qparams: dict[str, QParams], roots: set[ir.Value]) -> dict[str, QParams]:
+    """``act_qparams`` with every value of the groups of ``roots`` given :func:`zero_point_zero` qparams."""
+    out = dict(act_qparams)
+    for v, r in the_plan.groups.items():
+        if r in roots and v.name in out:
+            out[v.name] = zero_point_zero(out[v.name])
+    return out
 
 
 def checked(the_plan: Plan, act_qparams: dict[str, QParams]) -> tuple[Plan, dict[str, QParams]]:

@@ -30,12 +30,17 @@ def sample_errors(qdq: ir.Model, samples, reference: list[dict[str, np.ndarray]]
         sess = runtime.session(qdq, outputs=names)
     except QnnxError:
         return np.ones(len(reference))
+    return output_errors([dict(zip(names, runtime.run(sess, names, feed))) for feed in samples], reference)
+
+
+def output_errors(outputs: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The error (module docstring) of each sample's ``outputs`` (by name, from any runtime) against
+    ``reference``, over the outputs both name."""
     out = []
-    for feed, ref in zip(samples, reference):
-        got = runtime.run(sess, names, feed)
+    for got, ref in zip(outputs, reference):
         errors = []
-        for name, b in zip(names, got):
-            a, b = np.asarray(ref[name]), np.asarray(b)
+        for name in [n for n in ref if n in got]:
+            a, b = np.asarray(ref[name]), np.asarray(got[name])
             e = LayerError(name, "", True)
             e.add(a, b)
             if e.nonfinite:

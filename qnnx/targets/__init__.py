@@ -1,12 +1,16 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name``, a flag and four methods, the only runtime-specific code of automatic quantization:
+A target has a ``name``, two flags and four methods, the only runtime-specific code of automatic quantization:
 
     execution(facts) -> Int8Execution  how it executes a pattern match (execution.MatchFacts: its kind,
                                        its anchor's op type, ...): quantized whole, inputs only (float
                                        output), or float (execution.py); the plan stage applies it
     hoists_quantizers                  whether quantizers go above data movement whose readers all read
                                        quantized values (``autoquant.plan.hoist_quantizers``)
+    zero_point_zero_faster             whether its kernels run inputs with zero point 0 faster; such a target
+                                       also has ``unsigned_readers`` (op types it computes wrongly on int8
+                                       inputs) and ``outputs(model, feeds)`` (the outputs by name its runtime
+                                       computes), for the symmetric_activations refinement
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved

@@ -935,6 +935,8 @@ OPTION_CASES: dict[str, Callable[[Path], list[str]]] = {
     "bad_resize": _quantize("-o", "OUT", "--resize", "0x-3", *QUICK),
     "bad_mean": _quantize("-o", "OUT", "--resize", "8", "--mean", "a,b", *QUICK),
     "bad_format": _quantize("-o", "OUT", "--format", "tflite", *QUICK),
+    "bad_symmetric_activations": _quantize("-o", "OUT", "--target", "openvino", "--symmetric-activations", "always",
+                                           *QUICK),
     "unknown_consumer_function": _quantize("-o", "OUT", "--consumer-function", "relu6", *QUICK),
     "random_calibration_huge_input": lambda d: ["quantize", str(d / "big.onnx"), "-o", str(d / "q.onnx"),
                                                 "--random-calibration", *QUICK],

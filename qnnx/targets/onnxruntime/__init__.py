@@ -63,6 +63,7 @@ class OnnxRuntimeTarget:
     name = "onnxruntime"
 
     hoists_quantizers = False  # every pattern's output is quantized where it is made
+    zero_point_zero_faster = False  # its u8 x s8 kernels take zero points at no cost
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""

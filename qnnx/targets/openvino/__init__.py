@@ -11,8 +11,8 @@
                after it (bias, HardSwish, SiLU's Mul, the next layer's quantize) into the kernel as
                post-ops; a Q/DQ pair between them cuts that fusion. This is where NNCF's OpenVINO backend
                puts its quantizers (inputs of the ops of its CPU hardware config, never after
-               elementwise ops). Other activations keep the configured type (uint8 with zero points):
-               the plugin computes a Concat of int8 inputs wrongly on some CPUs (bench/ov_int8_concat.py).
+               elementwise ops). Other activations keep the configured type (uint8 with zero points)
+               unless the symmetric_activations refinement (below) finds zero point 0 harmless.
     hoisting   quantizers go above data movement (MaxPool, Split, Concat, Reshape, ...) when every reader
                there reads quantized values: the plugin moves the dequantization down through them, runs
                them on u8 and fuses the one quantize into the conv that makes the value. Binary ops read
@@ -22,6 +22,11 @@
     weights    as configured (``weight_bits``); on x86 CPUs without VNNI (cpu.py) the plugin's u8 x s8 kernels
                sum pairs of products in saturating 16 bits (255 * 127 * 2 > 32767): the check notes a model
                whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
+    symmetric  its int8 kernels are faster with zero point 0 on their inputs (int8 symmetric), which costs
+               levels on a value with a short negative tail: the symmetric_activations refinement tries it
+               on every input no Concat reads (the plugin computes a Concat of int8 inputs wrongly on some
+               CPUs: bench/ov_int8_concat.py), runs both models with outputs() and keeps zero point 0 only
+               when the outputs stay as close to float there (refinements/symmetric_activations.py)
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
     check      the model compiled once: which conv/matmul layers the runtime graph executes in int8
                (execution_check.py); needs openvino, else the record says why it was not checked
@@ -33,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx_ir as ir
 
 from qnnx import ops
@@ -40,7 +46,7 @@ from qnnx.errors import QnnxError
 from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_weights
 from qnnx.targets.openvino.cpu import pairs_saturate
 from qnnx.targets.openvino.execution_check import contractions, executed_layers
-from qnnx.targets.openvino.runtime import compile_model, median_latency_ms
+from qnnx.targets.openvino.runtime import compile_model, median_latency_ms, run
 
 INPUTS_ONLY = Int8Execution(inputs=True, output=False)
 ZERO_POINT_INPUTS = Int8Execution(inputs=True, output=False, zero_point_inputs=True)
@@ -81,6 +87,18 @@ class OpenVinoRecord:
 class OpenVinoTarget:
     name = "openvino"
     hoists_quantizers = True
+    # Its kernels run inputs with zero point 0 (int8 symmetric) faster than uint8 ones with a zero point
+    # (docs/benchmarks.md): the symmetric_activations refinement tries it, measured with outputs().
+    zero_point_zero_faster = True
+    unsigned_readers = ("Concat",)  # the plugin computes a Concat of int8 inputs wrongly on some CPUs
+
+    def outputs(self, model: ir.Model, feeds) -> list[dict[str, np.ndarray]]:
+        """Each feed's graph outputs by name, computed by the CPU plugin (one thread) from the exported
+        model: how a candidate really runs there."""
+        compiled = compile_model(self.export(model), threads=1)
+        wanted = {v.name for v in model.graph.outputs}
+        names = [next((n for n in sorted(o.get_names()) if n in wanted), o.get_any_name()) for o in compiled.outputs]
+        return [dict(zip(names, run(compiled, feed))) for feed in feeds]
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         if facts.kind == "matmul/gemm" and facts.activations == 2:
