@@ -5,20 +5,23 @@ OpenVINO's CPU plugin runs a conv or matmul reading int8 values with zero point 
 uint8 values with a zero point (NNCF's default quantizes every activation so). It costs levels: a range
 ``[lo, hi]`` with ``lo < 0`` quantized symmetric spans ``max(|lo|, |hi|)`` on both sides, so a value with a
 short negative tail (a SiLU or HardSwish output) keeps about half its resolution. Some models feel that,
-others do not, so the candidate (every activation input with zero point 0, but for values an op of the
-target's ``unsigned_readers`` reads) is realized and both models are run by the target's own runtime
-(``outputs``) on the refinement samples: the int8 paths of that runtime are what is at stake, and some
-compute wrongly on some CPUs. The candidate is kept when its mean error against the float model
-(validation.output_errors) is at most a tenth above the model's, or below ``NEGLIGIBLE`` (cosine distance
-1e-4, about 37 dB: far below what a task metric shows). Nothing is timed: the choice follows the outputs.
+others do not. Two candidates, in order: every activation input with zero point 0 (but values an op of the
+target's ``unsigned_readers`` reads), then only those whose zero-point-0 step is at most ``COARSER`` times
+their own (near-symmetric ranges: LayerNorm outputs, not SiLU's). Each is realized and run by the target's
+own runtime (``outputs``) on the refinement samples, since the int8 paths of that runtime are what is at
+stake (some compute wrongly on some CPUs); the first whose mean error against the float model
+(validation.output_errors) is at most a tenth above the model's, or below ``NEGLIGIBLE`` (1 - cosine =
+1e-3: far below what a task metric shows), is kept. Nothing is timed: the choice follows the outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from qnnx import ops
-from qnnx.autoquant.plan import with_zero_point_zero, zero_point_zero_qparams
+from qnnx.autoquant.plan import with_zero_point_zero, zero_point_zero, zero_point_zero_qparams
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.autoquant.validation import output_errors
@@ -26,31 +29,52 @@ from qnnx.errors import QnnxError
 from qnnx.metrics import float_outputs
 from qnnx.targets import target
 
-RELATIVE_GROWTH = 0.1  # the candidate's mean error may be this fraction above the model's
+RELATIVE_GROWTH = 0.1  # a candidate's mean error may be this fraction above the model's
 NEGLIGIBLE = 1e-3  # or stay below this mean error (1 - cosine: cosine 0.999 to float) whatever the model's
+COARSER = 1.5  # the second candidate: values whose zero-point-0 step is at most this many times their own
+
+
+@dataclass(frozen=True)
+class Try:
+    """One candidate: how many values (share groups) it gives zero point 0 and its mean error on the target."""
+
+    values: int
+    error: float
+    kept: bool
 
 
 @dataclass(frozen=True)
 class SymmetricRecord:
-    """Values given zero point 0 (share groups), both models' mean error on the target, and the choice."""
+    """The model's mean error on the target, each candidate tried, or why none was."""
 
-    values: int
     before: float | None = None
-    after: float | None = None
-    kept: bool = False
+    tries: tuple[Try, ...] = ()
     why: str = ""  # why it was not tried
+
+    @property
+    def kept(self) -> Try | None:
+        return next((t for t in self.tries if t.kept), None)
 
     def lines(self) -> list[str]:
         if self.why:
             return [f"symmetric activations: not tried: {self.why}"]
-        verdict = "kept" if self.kept else "not kept (the outputs moved further from float)"
-        return [f"symmetric activations (zero point 0 on {self.values} value(s)): {verdict}: mean error on the "
-                f"target {self.before:.3g} -> {self.after:.3g}"]
+        kept = self.kept
+        head = (f"symmetric activations: zero point 0 on {kept.values} value(s), kept: mean error on the target "
+                f"{self.before:.3g} -> {kept.error:.3g}" if kept else
+                f"symmetric activations: not kept (the outputs moved further from float; mean error on the "
+                f"target {self.before:.3g})")
+        return [head] + [f"  tried zero point 0 on {t.values} value(s): {t.error:.3g}" for t in self.tries if not t.kept]
 
 
 def accepted(before: float, after: float) -> bool:
     """Whether a candidate with mean error ``after`` may replace a model with ``before`` (module docstring)."""
     return after <= before * (1 + RELATIVE_GROWTH) or after <= NEGLIGIBLE
+
+
+def coarsening(qp) -> float:
+    """How many times coarser the step of :func:`~qnnx.autoquant.plan.zero_point_zero`'s qparams is than
+    ``qp``'s (1 for a value that never goes negative; about 2 for a short negative tail)."""
+    return float(np.max(np.asarray(zero_point_zero(qp).scale)) / np.max(np.asarray(qp.scale)))
 
 
 class SymmetricActivations(Refinement):
@@ -64,27 +88,41 @@ class SymmetricActivations(Refinement):
 
     def apply(self, state):
         runtime = target(state.config.target)
-        unsigned = runtime.unsigned_readers
-        the_plan, roots = with_zero_point_zero(
-            state.plan, lambda t: not any(n.op_type in unsigned for n in t.through)
-            and not ops.readers_through(t.value, unsigned))
-        if not roots:
-            return None, SymmetricRecord(0, why="no quantized input can take zero point 0 here")
+        unsigned, groups, qparams = runtime.unsigned_readers, state.plan.groups, state.qparams
+
+        def changes(t) -> bool:  # its qparams move, and no op the runtime gets wrong on int8 reads it
+            qp = qparams.get(groups.get(t.value, t.value).name)
+            return (qp is not None and zero_point_zero(qp) != qp and not any(n.op_type in unsigned for n in t.through)
+                    and not ops.readers_through(t.value, unsigned))
+
+        candidates, seen = [], set()
+        for bound in (float("inf"), COARSER):
+            plan, roots = with_zero_point_zero(
+                state.plan, lambda t: changes(t) and coarsening(qparams[groups.get(t.value, t.value).name]) <= bound)
+            if roots and frozenset(roots) not in seen:
+                seen.add(frozenset(roots))
+                candidates.append((plan, roots))
+        if not candidates:
+            return None, SymmetricRecord(why="no quantized input can take zero point 0 here")
         if not state.samples:
-            return None, SymmetricRecord(len(roots), why="no samples to check it on")
-        qparams = zero_point_zero_qparams(the_plan, state.qparams, roots)
-        candidate = realize_qdq(state.float_model, the_plan, qparams, state.config)
+            return None, SymmetricRecord(why="no samples to check it on")
         samples = list(state.samples)
         reference = float_outputs(state.float_model, samples)
         try:
             before = float(output_errors(runtime.outputs(state.qdq, samples), reference).mean())
-            after = float(output_errors(runtime.outputs(candidate, samples), reference).mean())
-        except QnnxError as e:  # the runtime is not installed: the candidate cannot be checked where it runs
-            return None, SymmetricRecord(len(roots), why=str(e))
-        record = SymmetricRecord(len(roots), before, after, accepted(before, after))
-        if not record.kept:
-            return None, record
-        return replace(state, plan=the_plan, qparams=qparams, qdq=candidate), record
+            tries = []
+            for plan, roots in candidates:
+                new_qparams = zero_point_zero_qparams(plan, qparams, roots)
+                candidate = realize_qdq(state.float_model, plan, new_qparams, state.config)
+                error = float(output_errors(runtime.outputs(candidate, samples), reference).mean())
+                tries.append(Try(len(roots), error, accepted(before, error)))
+                if tries[-1].kept:
+                    record = SymmetricRecord(before, tuple(tries))
+                    return replace(state, plan=plan, qparams=new_qparams, qdq=candidate), record
+        except QnnxError as e:  # the runtime is not installed: a candidate cannot be checked where it runs
+            return None, SymmetricRecord(why=str(e))
+        return None, SymmetricRecord(before, tuple(tries))
 
 
-__all__ = ["NEGLIGIBLE", "RELATIVE_GROWTH", "SymmetricActivations", "SymmetricRecord", "accepted"]
+__all__ = ["COARSER", "NEGLIGIBLE", "RELATIVE_GROWTH", "SymmetricActivations", "SymmetricRecord", "Try", "accepted",
+           "coarsening"]

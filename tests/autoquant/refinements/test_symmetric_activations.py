@@ -67,23 +67,46 @@ def test_inputs_get_zero_point_0_except_values_a_concat_reads(monkeypatch):
     qm = _quantize(_model(shift=0.05))
     record = qm.report.records["symmetric_activations"]
     zero = _zero_points(qm.qdq)
-    assert record.kept and "kept" in record.lines()[0]
+    assert record.kept is record.tries[0] and "kept" in record.lines()[0]  # the first candidate: every input
     assert zero["shifted"] == (np.int8, 0)  # signed: int8 symmetric
     assert zero["x"][0] == np.uint8 and zero["x"][1] != 0  # a Concat reads it: the plugin's int8 Concat is wrong
     assert zero["cat_out"] == (np.int8, 0)  # the Concat's output, quantized below it, is an ordinary input
-    assert record.values == 2
+    assert record.kept.values == 2
 
 
-def test_a_candidate_further_from_float_is_not_kept(monkeypatch):
+def test_a_candidate_further_from_float_is_not_kept_and_the_near_symmetric_one_is_tried_next(monkeypatch):
     monkeypatch.setattr(OpenVinoTarget, "outputs", _on_ort)
     monkeypatch.setattr(sym, "NEGLIGIBLE", 0.0)
-    # a short negative side: symmetric int8 keeps about half the levels of the positive side
+    # the Relu output shifted by -0.05 has a short negative side (zero point 0 doubles its step); the graph
+    # input x is near-symmetric (normal samples)
     qm = _quantize(_model(shift=0.05, concat=False))
     plain = _quantize(_model(shift=0.05, concat=False), symmetric_activations="off")
     record = qm.report.records["symmetric_activations"]
-    assert not record.kept and record.after > record.before * (1 + sym.RELATIVE_GROWTH)
-    assert "not kept" in record.lines()[0]
-    assert _zero_points(qm.qdq) == _zero_points(plain.qdq)  # the model as it was
+    first, second = record.tries
+    assert first.values == 2 and not first.kept and first.error > record.before * (1 + sym.RELATIVE_GROWTH)
+    assert second.values == 1 and record.kept is second
+    zero, before = _zero_points(qm.qdq), _zero_points(plain.qdq)
+    assert zero["shifted"] == before["shifted"] and zero["shifted"][0] == np.uint8  # kept its zero point
+    assert zero["x"] == (np.int8, 0) and before["x"][0] == np.uint8
+    assert "tried zero point 0 on 2 value(s)" in "\n".join(record.lines())
+
+
+def test_when_no_candidate_is_close_enough_the_model_is_left_as_it_was(monkeypatch):
+    monkeypatch.setattr(OpenVinoTarget, "outputs", _on_ort)
+    monkeypatch.setattr(sym, "accepted", lambda before, after: False)
+    qm = _quantize(_model(shift=0.05, concat=False))
+    plain = _quantize(_model(shift=0.05, concat=False), symmetric_activations="off")
+    record = qm.report.records["symmetric_activations"]
+    assert record.kept is None and len(record.tries) == 2 and "not kept" in record.lines()[0]
+    assert _zero_points(qm.qdq) == _zero_points(plain.qdq)
+
+
+def test_coarsening_measures_the_step_zero_point_0_costs():
+    from qnnx.calibrate import qparams_from_range
+
+    assert sym.coarsening(qparams_from_range(0.0, 4.0, "uint8", symmetric=False)) == 1.0
+    assert sym.coarsening(qparams_from_range(-0.1, 4.0, "uint8", symmetric=False)) == pytest.approx(1.95, abs=0.03)
+    assert sym.coarsening(qparams_from_range(-4.0, 4.0, "uint8", symmetric=False)) == pytest.approx(1.0, abs=0.01)
 
 
 def test_off_and_the_onnxruntime_target_never_try_it(monkeypatch):
@@ -103,7 +126,7 @@ def test_without_the_runtime_the_record_says_it_was_not_tried(monkeypatch):
     monkeypatch.setattr(OpenVinoTarget, "outputs", missing)
     qm = _quantize(_model(shift=0.05))
     record = qm.report.records["symmetric_activations"]
-    assert not record.kept and "not tried" in record.lines()[0] and "OpenVINO" in record.lines()[0]
+    assert record.kept is None and "not tried" in record.lines()[0] and "OpenVINO" in record.lines()[0]
     assert _zero_points(qm.qdq)["shifted"][0] == np.uint8
 
 
@@ -117,7 +140,7 @@ def test_on_openvino_the_choice_follows_the_plugins_outputs_and_is_reproducible(
     pytest.importorskip("openvino")
     first, second = _quantize(_model(shift=0.05)), _quantize(_model(shift=0.05))
     record = first.report.records["symmetric_activations"]
-    assert record.before is not None and record.after is not None
-    assert record.kept == sym.accepted(record.before, record.after)
+    assert record.before is not None and record.tries
+    assert [t.kept for t in record.tries] == [sym.accepted(record.before, t.error) for t in record.tries]
     assert first.qdq.graph.num_nodes() == second.qdq.graph.num_nodes()
     assert _zero_points(first.qdq) == _zero_points(second.qdq)
