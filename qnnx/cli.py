@@ -26,8 +26,8 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
-                                   SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig, RangeOptions,
-                                   RefinementOptions)
+                                   SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig,
+                                   RangeOptions, RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 from qnnx.targets import TARGETS
@@ -355,8 +355,8 @@ def quantize(
             help="keep patterns whose output SQNR is below DB in float")] = None,
         speed_fallback: Annotated[SpeedFallback, typer.Option(
             "--speed-fallback", rich_help_panel=_REFINEMENTS,
-            help="time float and int8 variants on the --target runtime (CPU, 1 thread) and leave kinds of layers float "
-            "where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
+            help="time float and int8 variants on the --target runtime (CPU, 1 thread) and leave kinds of layers "
+            "float where int8 is measured slower, or the whole model when int8 is not faster: on = always, auto = "
             "only when all-int8 is not clearly faster, off = never. Its choices follow the timing, so the "
             "output is not reproducible with it")] = SpeedFallback(_F.speed_fallback),
         symmetric_activations: Annotated[SymmetricActivations, typer.Option(

@@ -417,7 +417,8 @@ def with_zero_point_zero(the_plan: Plan, allowed: Callable[[Target], bool]) -> t
     return Plan(matches, groups, the_plan.decisions), roots
 
 
-def zero_point_zero_qparams(the_plan: Plan, act_qparams: dict[str, QParams], roots: set[ir.Value]) -> dict[str, QParams]:
+def zero_point_zero_qparams(the_plan: Plan, act_qparams: dict[str, QParams],
+                            roots: set[ir.Value]) -> dict[str, QParams]:
     """``act_qparams`` with every value of the groups of ``roots`` given :func:`zero_point_zero` qparams."""
     out = dict(act_qparams)
     for v, r in the_plan.groups.items():

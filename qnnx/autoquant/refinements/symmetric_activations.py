@@ -63,7 +63,8 @@ class SymmetricRecord:
                 f"{self.before:.3g} -> {kept.error:.3g}" if kept else
                 f"symmetric activations: not kept (the outputs moved further from float; mean error on the "
                 f"target {self.before:.3g})")
-        return [head] + [f"  tried zero point 0 on {t.values} value(s): {t.error:.3g}" for t in self.tries if not t.kept]
+        return [head] + [f"  tried zero point 0 on {t.values} value(s): {t.error:.3g}"
+                         for t in self.tries if not t.kept]
 
 
 def accepted(before: float, after: float) -> bool:
