@@ -346,3 +346,22 @@ def test_passed_on_and_maker_follow_data_movement():
     y = model.graph.outputs[0]
     assert ops.maker(y, lambda n: ops.passed_on(n) is not None).name == "relu"  # past Reshape, Concat, MaxPool
     assert ops.maker(y, ops.shares_qparams).name == "cat"  # a Concat does not share qparams
+
+
+def test_readers_through_and_made_through_see_a_concat_past_data_movement():
+    g = Graph()
+    x = g.input("x", [1, 4, 4, 4])
+    r = g.node("Relu", [x], name="relu", out="r")
+    p = g.node("MaxPool", [r], name="pool", kernel_shape=[1, 1], out="p")
+    c = g.node("Concat", [p, x], name="cat", axis=1, out="c")
+    f = g.node("Reshape", [c, g.const(np.array([1, -1], np.int64), "shape")], name="flat", out="f")
+    g.node("Sigmoid", [f], name="sig", out="y")
+    model = ir.from_proto(g.model("y"))
+    values = {o.name: o for n in model.graph for o in n.outputs}
+    x_value = model.graph.inputs[0]
+    assert ops.readers_through(values["r"], ("Concat",))  # through the MaxPool
+    assert ops.readers_through(x_value, ("Concat",)) and not ops.readers_through(values["f"], ("Concat",))
+    assert not ops.readers_through(x_value, ("Softmax",))
+    assert ops.made_through(values["f"], ("Concat",)) and ops.made_through(values["c"], ("Concat",))
+    assert not ops.made_through(values["p"], ("Concat",))  # a MaxPool of a Relu
+    assert not ops.made_through(values["y"], ("Concat",))  # the Sigmoid computes new values

@@ -6,7 +6,8 @@ uint8 values with a zero point (NNCF's default quantizes every activation so). I
 ``[lo, hi]`` with ``lo < 0`` quantized symmetric spans ``max(|lo|, |hi|)`` on both sides, so a value with a
 short negative tail (a SiLU or HardSwish output) keeps about half its resolution. Some models feel that,
 others do not. Two candidates, in order: every activation input with zero point 0 (but values an op of the
-target's ``unsigned_readers`` reads), then only those whose zero-point-0 step is at most ``COARSER`` times
+target's ``unsigned_readers`` reads or makes, through data movement: OpenVINO moves a quantize up through a
+Concat), then only those whose zero-point-0 step is at most ``COARSER`` times
 their own (near-symmetric ranges: LayerNorm outputs, not SiLU's). Each is realized and run by the target's
 own runtime (``outputs``) on the refinement samples, since the int8 paths of that runtime are what is at
 stake (some compute wrongly on some CPUs); the first whose mean error against the float model
@@ -91,10 +92,10 @@ class SymmetricActivations(Refinement):
         runtime = target(state.config.target)
         unsigned, groups, qparams = runtime.unsigned_readers, state.plan.groups, state.qparams
 
-        def changes(t) -> bool:  # its qparams move, and no op the runtime gets wrong on int8 reads it
+        def changes(t) -> bool:  # its qparams move, and no op the runtime gets wrong on int8 reads or makes it
             qp = qparams.get(groups.get(t.value, t.value).name)
             return (qp is not None and zero_point_zero(qp) != qp and not any(n.op_type in unsigned for n in t.through)
-                    and not ops.readers_through(t.value, unsigned))
+                    and not ops.readers_through(t.value, unsigned) and not ops.made_through(t.value, unsigned))
 
         candidates, seen = [], set()
         for bound in (float("inf"), COARSER):

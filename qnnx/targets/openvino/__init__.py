@@ -24,7 +24,7 @@
                whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
     symmetric  its int8 kernels are faster with zero point 0 on their inputs (int8 symmetric), which costs
                levels on a value with a short negative tail: the symmetric_activations refinement tries it
-               on every input no Concat reads (the plugin computes a Concat of int8 inputs wrongly on some
+               on every input no Concat reads or makes (the plugin computes a Concat of int8 inputs wrongly on some
                CPUs: bench/ov_int8_concat.py), runs both models with outputs() and keeps zero point 0 only
                when the outputs stay as close to float there (refinements/symmetric_activations.py)
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
@@ -90,7 +90,9 @@ class OpenVinoTarget:
     # Its kernels run inputs with zero point 0 (int8 symmetric) faster than uint8 ones with a zero point
     # (docs/benchmarks.md): the symmetric_activations refinement tries it, measured with outputs().
     zero_point_zero_faster = True
-    unsigned_readers = ("Concat",)  # the plugin computes a Concat of int8 inputs wrongly on some CPUs
+    # The plugin computes a Concat of int8 inputs wrongly on some CPUs, and moves a quantize after a Concat
+    # up to its inputs: values a Concat reads or makes keep uint8.
+    unsigned_readers = ("Concat",)
 
     def outputs(self, model: ir.Model, feeds) -> list[dict[str, np.ndarray]]:
         """Each feed's graph outputs by name, computed by the CPU plugin (one thread) from the exported

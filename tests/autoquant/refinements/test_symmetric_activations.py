@@ -19,7 +19,7 @@ from qnnx.targets.openvino import OpenVinoTarget
 def _model(shift: float = 0.0, concat: bool = True):
     """x -> conv a -> Relu -> (+ shift) -> conv b -> y, and Concat(conv a's output, x) -> conv c -> z: the
     Relu output (never negative, or from -shift when shifted) is read by conv b only; x by conv a and the
-    Concat (float, its output quantized below it)."""
+    Concat (float, its output quantized below it for conv c)."""
     rng = np.random.default_rng(4)
     g = Graph()
     x = g.input("x", [1, 4, 8, 8])
@@ -70,8 +70,8 @@ def test_inputs_get_zero_point_0_except_values_a_concat_reads(monkeypatch):
     assert record.kept is record.tries[0] and "kept" in record.lines()[0]  # the first candidate: every input
     assert zero["shifted"] == (np.int8, 0)  # signed: int8 symmetric
     assert zero["x"][0] == np.uint8 and zero["x"][1] != 0  # a Concat reads it: the plugin's int8 Concat is wrong
-    assert zero["cat_out"] == (np.int8, 0)  # the Concat's output, quantized below it, is an ordinary input
-    assert record.kept.values == 2
+    assert zero["cat_out"][0] == np.uint8  # the Concat's output too: the plugin moves its quantize up the Concat
+    assert record.kept.values == 1
 
 
 def test_a_candidate_further_from_float_is_not_kept_and_the_near_symmetric_one_is_tried_next(monkeypatch):
