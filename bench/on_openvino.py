@@ -11,8 +11,8 @@ the protocol's disjoint sets), the same samples calibrate
   (``model_type=TRANSFORMER`` for the transformer models, its YOLOv8 example's MIXED preset and ignored
   detection-head subgraph), else absent;
 - ``qnnx``: ``qnnx.quantize(..., QuantConfig(target="openvino"))``, the QDQ file it writes;
-- ``qnnx_uint8`` (only with ``--with-uint8``): the same with ``symmetric_activations="off"``: every
-  quantized input uint8 with its zero point (the refinement's alternative);
+- ``qnnx_sym`` (only with ``--with-symmetric``): the same with the opt-in ``symmetric_activations="auto"``
+  (zero point 0 on the inputs where the plugin's outputs stay as close to float);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -143,7 +143,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
     fp32 = task.score(outputs_of(task.model_path, feeds, args.score_threads, args.precision), truths)
     metric = main_metric(fp32)
     print(f"== {name}: OpenVINO fp32 {metric} {fp32[metric]:.4f}", flush=True)
-    configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_uint8"] if args.with_uint8 else [])
+    configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_sym"] if args.with_symmetric else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
                                                                                  "seconds": []} for c in configs}}
@@ -162,7 +162,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
                 else:
                     model = qnnx_quantize(task.model_path, calib, "onnxruntime" if c == "qnnx_ort" else "openvino",
                                           tmp / f"{name}.{c}.{seed}.onnx",
-                                          **({"symmetric_activations": "off"} if c == "qnnx_uint8" else {}))
+                                          **({"symmetric_activations": "auto"} if c == "qnnx_sym" else {}))
                 seconds = time.perf_counter() - t
                 value = task.score(outputs_of(model, feeds, args.score_threads, args.precision), truths)[metric]
             except Exception as e:  # noqa: BLE001 - a failing quantizer is a result, reported as such
@@ -229,9 +229,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="latency rounds (the ratio to NNCF: median of the rounds')")
     ap.add_argument("--precision", default="default", help="INFERENCE_PRECISION_HINT (default: the plugin's)")
     ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
-    ap.add_argument("--with-uint8", action="store_true",
-                    help="also qnnx with symmetric_activations='off' (uint8 inputs with zero points)")
-    ap.add_argument("--only", nargs="+", help="a subset of the quantizers (nncf nncf_best qnnx qnnx_uint8 qnnx_ort)")
+    ap.add_argument("--with-symmetric", action="store_true",
+                    help="also qnnx with symmetric_activations='auto' (zero point 0 where the plugin's outputs allow)")
+    ap.add_argument("--only", nargs="+", help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)

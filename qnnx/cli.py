@@ -363,7 +363,8 @@ def quantize(
             "--symmetric-activations", rich_help_panel=_REFINEMENTS,
             help="auto: on a target whose int8 kernels run zero point 0 faster (openvino), try int8 symmetric "
             "quantized inputs, run both models on that runtime and keep the candidate only when its outputs "
-            "stay as close to float (nothing timed); off: never")] = SymmetricActivations(_F.symmetric_activations),
+            "stay as close to float on the calibration samples (nothing timed; a proxy: it can still cost task "
+            "accuracy, see docs/benchmarks.md); off: never")] = SymmetricActivations(_F.symmetric_activations),
         accuracy_guard: Annotated[bool, typer.Option(
             "--accuracy-guard/--no-accuracy-guard", rich_help_panel=_REFINEMENTS,
             help="while an output is far from float (SQNR < 6 dB or cosine < 0.9) or misses --min-sqnr/"

@@ -29,7 +29,7 @@ CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
-SYMMETRIC_ACTIVATIONS = ("auto", "off")
+SYMMETRIC_ACTIVATIONS = ("off", "auto")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
@@ -152,8 +152,8 @@ class RefinementOptions:
     ``max_drop``: with a metric given to ``quantize(metric=...)``, the largest drop of the metric on the
     held-out samples against the float model's (absolute, in the metric's units; 0.01 when a metric is
     given without it); the costliest patterns return to float until it is met.
-    ``symmetric_activations``: "auto" (default) tries zero point 0 on the quantized inputs on a target whose
-    kernels run them faster (OpenVINO), kept only when the target's outputs stay as close to float; "off".
+    ``symmetric_activations``: "auto" tries zero point 0 on the quantized inputs on a target whose kernels run
+    them faster (OpenVINO), kept only when the target's outputs stay as close to float; "off" (default).
     ``accuracy_guard``: True (default) returns the patterns that add the most error to float while an output
     is far from float (the report's bounds, 6 dB / 0.9) or misses the target above, and refuses a model
     whose outputs still end far from float; False writes it whatever its outputs (the report warns).
@@ -169,7 +169,7 @@ class RefinementOptions:
     min_cosine: float | None = None
     max_drop: float | None = None
     accuracy_guard: bool = True
-    symmetric_activations: str = "auto"
+    symmetric_activations: str = "off"
 
     def __post_init__(self):
         if self.min_cosine is not None and not -1 <= self.min_cosine <= 1:

@@ -1,5 +1,5 @@
-"""The symmetric activations refinement: zero point 0 on quantized inputs for a target whose kernels run them
-faster, kept only when the target's outputs stay as close to float. The target's runtime is ONNX Runtime
+"""The symmetric activations refinement (opt-in): zero point 0 on quantized inputs for a target whose kernels
+run them faster, kept only when the target's outputs stay as close to float. The target's runtime is ONNX Runtime
 here (``outputs`` patched), so the rule is tested without OpenVINO; the marked test runs the real one."""
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def _on_ort(self, model, feeds):
 
 
 def _quantize(model, **options):
+    options = {"symmetric_activations": "auto", **options}
     return qnnx.quantize(model, samples(8, shape=(1, 4, 8, 8)),
                          config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
                                             bias_correction="off", **options))
@@ -55,11 +56,19 @@ def _zero_points(qdq) -> dict[str, tuple]:
     return out
 
 
-def test_the_candidate_is_accepted_within_a_tenth_more_error_or_below_the_negligible_bound():
-    assert sym.accepted(0.010, 0.0109)
+def test_a_candidate_is_accepted_within_a_tenth_more_error():
+    assert sym.accepted(0.010, 0.0109) and sym.accepted(0.010, 0.008)
     assert not sym.accepted(0.010, 0.0111)
-    assert sym.accepted(1e-5, sym.NEGLIGIBLE)  # tenfold, but below what any task metric shows
-    assert not sym.accepted(1e-5, 2 * sym.NEGLIGIBLE)
+    assert not sym.accepted(1e-5, 1e-4)  # however small: a tenfold error is not taken
+
+
+def test_a_model_already_far_from_float_on_the_target_is_not_tried(monkeypatch):
+    monkeypatch.setattr(OpenVinoTarget, "outputs", _on_ort)
+    monkeypatch.setattr(sym, "FAR", 0.0)
+    qm = _quantize(_model(shift=0.05))
+    record = qm.report.records["symmetric_activations"]
+    assert record.kept is None and not record.tries and "already far from float" in record.lines()[0]
+    assert _zero_points(qm.qdq)["shifted"][0] == np.uint8
 
 
 def test_inputs_get_zero_point_0_except_values_a_concat_reads(monkeypatch):
@@ -76,7 +85,6 @@ def test_inputs_get_zero_point_0_except_values_a_concat_reads(monkeypatch):
 
 def test_a_candidate_further_from_float_is_not_kept_and_the_near_symmetric_one_is_tried_next(monkeypatch):
     monkeypatch.setattr(OpenVinoTarget, "outputs", _on_ort)
-    monkeypatch.setattr(sym, "NEGLIGIBLE", 0.0)
     # the Relu output shifted by -0.05 has a short negative side (zero point 0 doubles its step); the graph
     # input x is near-symmetric (normal samples)
     qm = _quantize(_model(shift=0.05, concat=False))
@@ -109,12 +117,13 @@ def test_coarsening_measures_the_step_zero_point_0_costs():
     assert sym.coarsening(qparams_from_range(-4.0, 4.0, "uint8", symmetric=False)) == pytest.approx(1.0, abs=0.01)
 
 
-def test_off_and_the_onnxruntime_target_never_try_it(monkeypatch):
+def test_off_by_default_and_the_onnxruntime_target_never_try_it(monkeypatch):
     monkeypatch.setattr(OpenVinoTarget, "outputs", _on_ort)
+    assert QuantConfig().refinements.symmetric_activations == "off"
     assert "symmetric_activations" not in _quantize(_model(), symmetric_activations="off").report.records
     qm = qnnx.quantize(_model(), samples(8, shape=(1, 4, 8, 8)),
                        config=QuantConfig(progress=False, target="onnxruntime", weight_rounding="nearest",
-                                          bias_correction="off"))
+                                          bias_correction="off", symmetric_activations="auto"))
     assert "symmetric_activations" not in qm.report.records
     assert not target("onnxruntime").zero_point_zero_faster
 
