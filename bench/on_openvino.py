@@ -39,7 +39,8 @@ from bench.tasks import TASKS, main_metric  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_TASKS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "minilm")
-TRANSFORMERS = ("ppocr_rec", "minilm")  # SVTR blocks / BERT: NNCF's model_type=TRANSFORMER preset
+# SVTR blocks (PP-OCRv4 rec, also its confirmation tasks) / BERT: NNCF's model_type=TRANSFORMER preset
+TRANSFORMERS = ("ppocr_rec", "ppocr_rec_heldout", "ppocr_rec_shift", "minilm")
 
 
 def nncf_best_options(task_name: str, ov_model) -> dict | None:
