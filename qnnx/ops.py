@@ -407,14 +407,8 @@ def readers_through(v, op_types: tuple[str, ...]) -> bool:
 def made_through(v, op_types: tuple[str, ...]) -> bool:
     """Whether a node of one of ``op_types`` makes ``v``'s values, directly or through data movement
     (:func:`passed_on`, walking up its first input)."""
-    p = v.producer()
-    while p is not None:
-        if p.op_type in op_types:
-            return True
-        if passed_on(p) is None or not p.inputs or p.inputs[0] is None:
-            return False
-        p = p.inputs[0].producer()
-    return False
+    p = maker(v, lambda n: n.op_type not in op_types and passed_on(n) is not None)
+    return p is not None and p.op_type in op_types
 
 
 def op_types(fact: Callable[[OpFacts], object]) -> tuple[str, ...]:
@@ -427,5 +421,5 @@ FACTS = tuple(f.name for f in fields(OpFacts) if f.name != "op_type")
 
 __all__ = ["ElementwiseFunction", "FACTS", "OPS", "OpFacts", "When", "bias_input", "channelwise", "clamps",
            "computes", "data_inputs", "elementwise", "elementwise_function", "facts", "fragile_inputs",
-           "keeps_range", "made_through", "maker", "moves_data", "normalization", "op_types", "passed_on", "permutes_values", "quiet",
-           "readers_through", "selects", "shape_only", "shares_qparams", "sigmoid"]
+           "keeps_range", "made_through", "maker", "moves_data", "normalization", "op_types", "passed_on",
+           "permutes_values", "quiet", "readers_through", "selects", "shape_only", "shares_qparams", "sigmoid"]

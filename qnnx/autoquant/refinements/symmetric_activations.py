@@ -95,15 +95,20 @@ class SymmetricActivations(Refinement):
         runtime = target(state.config.target)
         unsigned, groups, qparams = runtime.unsigned_readers, state.plan.groups, state.qparams
 
-        def changes(t) -> bool:  # its qparams move, and no op the runtime gets wrong on int8 reads or makes it
+        def step(t) -> float | None:
+            """How many times coarser zero point 0 makes ``t``'s grid; None when its qparams would not move
+            or an op the runtime gets wrong on int8 reads or makes it (through data movement, which covers
+            the nodes a hoisted quantize sits above, ``t.through``)."""
             qp = qparams.get(groups.get(t.value, t.value).name)
-            return (qp is not None and zero_point_zero(qp) != qp and not any(n.op_type in unsigned for n in t.through)
-                    and not ops.readers_through(t.value, unsigned) and not ops.made_through(t.value, unsigned))
+            if (qp is None or zero_point_zero(qp) == qp or ops.readers_through(t.value, unsigned)
+                    or ops.made_through(t.value, unsigned)):
+                return None
+            return coarsening(qp)
 
+        steps = {t: step(t) for m in state.plan.matches for t in (*m.inputs, *m.outputs) if t.role == "activation"}
         candidates, seen = [], set()
         for bound in (float("inf"), COARSER):
-            plan, roots = with_zero_point_zero(
-                state.plan, lambda t: changes(t) and coarsening(qparams[groups.get(t.value, t.value).name]) <= bound)
+            plan, roots = with_zero_point_zero(state.plan, lambda t: steps[t] is not None and steps[t] <= bound)
             if roots and frozenset(roots) not in seen:
                 seen.add(frozenset(roots))
                 candidates.append((plan, roots))
