@@ -411,3 +411,37 @@ def heldout_text_line(rng: np.random.Generator, max_aspect: float | None = None)
     ImageDraw.Draw(im).text((mx - x0, my - y0), text, fill=tuple(int(v) for v in ink), font=f)
     bgr = np.ascontiguousarray(np.asarray(im)[:, :, ::-1])
     return degrade(bgr, rng), text
+
+
+# --------------------------------------------------------------------------- captchas (ddddocr)
+CAPTCHA_CHARS = "abcdefghijkmnpqrstuvwxyz23456789"  # the usual captcha alphabet: no 0/o, 1/l
+
+
+def captcha(rng: np.random.Generator, heldout: bool = False) -> tuple[Image.Image, str]:
+    """A 64-px-high captcha (RGB) of 4-6 lowercase letters and digits and its text. Calibration kind:
+    DejaVu glyphs tilted by up to 8 degrees on a light background. ``heldout``: matplotlib's STIX
+    fonts tilted by up to 25 degrees, 2-4 stray lines across and pixel noise, as real captchas."""
+    from qnnx.examples.text_lines import FONT_FILES, font
+
+    text = "".join(CAPTCHA_CHARS[int(i)] for i in rng.integers(len(CAPTCHA_CHARS), size=int(rng.integers(4, 7))))
+    W, H = 40 * len(text) + 20, 64
+    img = Image.new("RGB", (W, H), tuple(int(v) for v in rng.integers(200, 256, 3)))
+    x, tilt = 10, 25.0 if heldout else 8.0
+    for ch in text:
+        size = int(rng.integers(32, 46))
+        f = (matplotlib_font(HELDOUT_FONTS[int(rng.integers(len(HELDOUT_FONTS)))], size) if heldout
+             else font(FONT_FILES[int(rng.integers(len(FONT_FILES)))], size))
+        glyph = Image.new("L", (2 * size, 2 * size), 0)
+        ImageDraw.Draw(glyph).text((size // 2, size // 4), ch, font=f, fill=255)
+        glyph = glyph.rotate(float(rng.uniform(-tilt, tilt)), resample=Image.BILINEAR)
+        ink = Image.new("RGB", glyph.size, tuple(int(v) for v in rng.integers(0, 120, 3)))
+        img.paste(ink, (x - size // 2, int(rng.integers(-12, 4))), glyph)
+        x += int(size * rng.uniform(0.55, 0.8))
+    if heldout:
+        d = ImageDraw.Draw(img)
+        for _ in range(int(rng.integers(2, 5))):
+            ends = [(int(rng.integers(0, W)), int(rng.integers(0, H))) for _ in range(2)]
+            d.line(ends, fill=tuple(int(v) for v in rng.integers(0, 200, 3)), width=int(rng.integers(1, 3)))
+        noisy = np.asarray(img).astype(np.int16) + rng.integers(-30, 31, (H, W, 3))
+        img = Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
+    return img.crop((0, 0, min(W, x + 10), H)), text

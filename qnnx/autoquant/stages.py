@@ -123,7 +123,13 @@ def _outputs(model, probe) -> list[list[np.ndarray]]:
 
 
 def _check(model: ir.Model, reference, probe) -> tuple[float, str]:
-    return _output_mismatch(reference, _outputs(model, probe))
+    """``model``'s largest output error against ``reference`` and why it differs; a prepared model ONNX
+    Runtime cannot load or run differs too (a rewrite made it invalid), with the runtime's reason."""
+    try:
+        got = _outputs(model, probe)
+    except QnnxError as e:
+        return math.inf, f"the prepared model does not run: {e}"
+    return _output_mismatch(reference, got)
 
 
 def run_hold_out(state: QuantState) -> QuantState:

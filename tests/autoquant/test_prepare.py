@@ -412,3 +412,42 @@ def test_spelled_out_hard_swish_quantizes_as_integer_add_and_mul():
                                                                   exclude_nodes=("hs",)))
     assert [d for d in kept.report.decisions if d.node == "hs"][0].reason == "excluded by the user"
     assert "HardSwish" in [n.op_type for n in kept.qdq.graph]
+
+
+def _wrongly_declared_reshape(opset: int) -> onnx.ModelProto:
+    """x (2 x T) -> Transpose -> MatMul -> Reshape to a shape computed from Shape(x): (T, 1, 3), while
+    the file declares the output (1, T): a wrong declaration, as real exporters leave."""
+    h = onnx.helper
+    nodes = [
+        h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+        h.make_node("MatMul", ["xt", "w"], ["t"]),
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "one"], ["steps"], axis=0),
+        h.make_node("Unsqueeze", ["steps", "zero"], ["steps1"]),
+        h.make_node("Concat", ["steps1", "mid"], ["shape"], axis=0),
+        h.make_node("Reshape", ["t", "shape"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3) / 5 - 0.4, "w"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1, 3], np.int64), "mid")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, "T"])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, "T"])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_a_wrongly_declared_output_shape_does_not_reshape_what_the_model_computes(opset):
+    """onnxscript's materialize-reshape rule would replace the computed shape by the declared one
+    (flattening the output; at opset 13 with an ``allowzero`` the runtime refuses): qnnx leaves it out."""
+    model = _wrongly_declared_reshape(opset)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    got = run_ort(prepare(ir.from_proto(model)), {"x": x})[0]
+    want = run_ort(model, {"x": x})[0]
+    assert got.shape == want.shape == (5, 1, 3)
+    np.testing.assert_array_equal(got, want)
+    q = qnnx.quantize(model, [{"x": rng.standard_normal((2, 5)).astype(np.float32)} for _ in range(4)],
+                      QuantConfig(progress=False, speed_fallback="off"))
+    assert q.report.records["prepare"].not_applied == ()
+    assert run_ort(q.qdq, {"x": x})[0].shape == (5, 1, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 from float_graphs import Graph, main_model, samples
 
@@ -142,3 +143,21 @@ def test_prepare_record_says_the_prepared_model_matches_the_original():
     state = stages.PREPARE(_state())
     record = state.report.records["prepare"]
     assert record.samples == 2 and record.max_error < 1e-5 and record.not_applied == () and record.lines() == []
+
+
+def test_a_rewrite_that_makes_the_model_unrunnable_is_left_out_with_the_runtimes_reason(monkeypatch):
+    """A prepared model ONNX Runtime refuses counts as one that computes something else: the rewrite whose
+    absence makes it run again is left out and named, instead of the whole run failing."""
+    real = stages.prepare_model
+
+    def breaking(model, *, skip=frozenset(), **options):
+        result = real(model, skip=skip, **options)
+        if "fuse_batchnorm" not in skip:  # this "rewrite" leaves an attribute the op does not have
+            node = next(n for n in result.model.graph if n.op_type == "Conv")
+            node.attributes["no_such_attribute"] = ir.AttrInt64("no_such_attribute", 1)
+        return result
+
+    monkeypatch.setattr(stages, "prepare_model", breaking)
+    record = stages.PREPARE(_state()).report.records["prepare"]
+    assert [name for name, _ in record.not_applied] == ["fuse_batchnorm"]
+    assert "does not run" in record.not_applied[0][1] and record.max_error < 1e-5
