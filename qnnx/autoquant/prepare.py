@@ -2,7 +2,8 @@
 
 - opset below 13 is converted to 13 (per-axis QuantizeLinear needs it) with ONNX's version
   converter — at the load boundary, before any pass;
-- constant folding and Constant nodes -> initializers (onnxscript's optimizer);
+- constant folding and Constant nodes -> initializers (onnxscript's optimizer, without its rules that
+  trust a file's declared shapes or match constants within a tolerance: :func:`optimize_exactly`);
 - BatchNormalization folded into Conv / ConvTranspose / Gemm (onnxscript rewrite rules);
 - LayerNorm spelled out in primitive ops (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div,
   Mul, Add: exporters for opset < 17, Paddle's) fused into one ``LayerNormalization``, converting the
@@ -162,7 +163,8 @@ def _float_rewrite_rules() -> list:
 def optimize_exactly(m: ir.Model) -> None:
     """onnxscript's optimizer (one pass of constant folding and its default rewrites, then its
     clean-up passes, as ``onnxscript.optimizer.optimize(m, num_iterations=1)``), in place, with rewrites
-    that keep what the model computes: no-op rules match exact constants only."""
+    that keep what the model computes: no-op rules match exact constants only, and no rule replaces a
+    computed shape by a declared one (:func:`_float_rewrite_rules`)."""
     passes.InlinePass()(m)
     onnxscript.optimizer.fold_constants(m, onnx_shape_inference=True)
     for p in (onnxscript.rewriter.RewritePass(_float_rewrite_rules()), passes.RemoveUnusedNodesPass(),
