@@ -10,7 +10,7 @@ with its own record in the report. A new refinement is one module registered in 
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import onnx_ir as ir
 
@@ -22,9 +22,9 @@ from qnnx.autoquant.refinements.sqnr_fallback import SqnrFallback
 from qnnx.autoquant.refinements.symmetric_activations import SymmetricActivations
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
-from qnnx.autoquant.report import QuantReport
+from qnnx.autoquant.report import OutputAgreement, QuantReport
 from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
-                                   TARGET_CHECK, nothing_quantized)
+                                   TARGET_CHECK, nothing_quantized, run_agreement)
 from qnnx.autoquant.state import QuantState
 from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
@@ -116,9 +116,12 @@ def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, val
                 state = _adopt(state, plain)
         else:
             plain = state
+    guarded = False
     for refinement in refinements:
         if refinement.enabled(config):
-            state = refine(state, refinement, verdicts)
+            refined = refine(state, refinement, verdicts)
+            state = unless_pushed_far(state, refined, refinement.name) if guarded and refined is not state else refined
+            guarded = guarded or refinement.name == AccuracyGuard.name
     if plain is not None and state is not plain:
         final = Verdict.of("the refined model against the plain recipe", plain.validation_errors,
                            state.validation_errors)
@@ -134,6 +137,38 @@ def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, val
         if stage is AGREEMENT and config.refinements.accuracy_guard:
             refuse_far_outputs(state)
     return state
+
+
+@dataclass(frozen=True)
+class PushedFar:
+    """A refinement's record when it was undone: it ran after the accuracy guard and moved an output far
+    from float (report.far_outputs) where the model before it had none, so the model is returned without
+    it rather than refused for it."""
+
+    record: object
+    refinement: str
+    output: OutputAgreement
+
+    def lines(self) -> list[str]:
+        o = self.output
+        return [f"{self.refinement}: undone: it moved output {o.name!r} far from float (SQNR {o.sqnr_db:.1f} dB, "
+                f"cosine {o.cosine:.3f}) after the accuracy guard"]
+
+
+def _far(state: QuantState) -> list[OutputAgreement]:
+    """``state``'s outputs that are far from float, measured as the agreement stage measures them."""
+    scratch = replace(state, report=QuantReport())
+    return run_agreement(scratch).report.far_outputs()
+
+
+def unless_pushed_far(before: QuantState, after: QuantState, name: str) -> QuantState:
+    """``after``, unless the refinement ``name`` that made it moved an output far from float where
+    ``before`` had none: then ``before``, with the refinement's record saying so."""
+    far = _far(after)
+    if not far or _far(before):
+        return after
+    before.report.records[name] = PushedFar(before.report.records.get(name), name, far[0])
+    return before
 
 
 def refuse_far_outputs(state: QuantState) -> None:

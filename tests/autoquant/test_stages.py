@@ -161,3 +161,33 @@ def test_a_rewrite_that_makes_the_model_unrunnable_is_left_out_with_the_runtimes
     record = stages.PREPARE(_state()).report.records["prepare"]
     assert [name for name, _ in record.not_applied] == ["fuse_batchnorm"]
     assert "does not run" in record.not_applied[0][1] and record.max_error < 1e-5
+
+
+class _Ruiner(Refinement):
+    """Multiplies every weight's scale by 30: the outputs go far from float."""
+
+    name = "ruiner"
+    edits_qdq = True
+
+    def enabled(self, config):
+        return True
+
+    def apply(self, state):
+        for n in state.qdq.graph:
+            if n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None \
+                    and n.inputs[0].dtype == ir.DataType.INT8:
+                n.inputs[1].const_value = ir.tensor(n.inputs[1].const_value.numpy() * 30)
+        return state, {"lines": lambda: []}
+
+
+def test_a_refinement_that_pushes_the_outputs_far_after_the_guard_is_undone_not_refused():
+    """After the accuracy guard brought every output within bounds, a later refinement that moves one far
+    is undone (its record says so) instead of the whole model being refused; without the guard before it,
+    the model is refused as before."""
+    guard = next(r for r in pipeline.REFINEMENTS if r.name == "accuracy_guard")
+    state = pipeline.run(main_model(), samples(6), QuantConfig(progress=False), refinements=(guard, _Ruiner()))
+    record = state.report.records["ruiner"]
+    assert isinstance(record, pipeline.PushedFar) and "undone" in record.lines()[0]
+    assert not state.report.far_outputs()
+    with pytest.raises(QnnxError, match="far from the float model"):
+        pipeline.run(main_model(), samples(6), QuantConfig(progress=False), refinements=(_Ruiner(),))
