@@ -5,28 +5,20 @@ shape and reads the captchas fp32 reads. Skipped unless the bench extra is insta
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 
 pytest.importorskip("cv2", reason="needs the bench extra")
-if __import__("importlib.util").util.find_spec("ddddocr") is None:
+if importlib.util.find_spec("ddddocr") is None:
     pytest.skip("needs the bench extra (the ddddocr package)", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.tasks import TASKS  # noqa: E402
+from bench.tasks import TASKS, run_model  # noqa: E402
 
 import qnnx  # noqa: E402
-
-
-def _run(path, feeds) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.log_severity_level = 1, 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    return [sess.run(None, f)[0] for f in feeds]
 
 
 @pytest.mark.realmodel
@@ -36,7 +28,7 @@ def test_ddddocr_defaults_keep_the_output_shape_and_the_text(tmp_path):
     q = qnnx.quantize(str(task.model_path), calib, qnnx.QuantConfig(progress=False))
     assert q.report.records["prepare"].not_applied == ()  # no rewrite had to be left out
     q.save(tmp_path / "q.onnx")
-    ref, got = _run(task.model_path, ev), _run(tmp_path / "q.onnx", ev)
+    ref, got = ([o[0] for o in run_model(m, ev)] for m in (task.model_path, tmp_path / "q.onnx"))
     assert all(r.shape == g.shape and r.shape[1:] == (1, 8210) for r, g in zip(ref, got))
     same = sum(task.decode([r]) == task.decode([g]) for r, g in zip(ref, got))
     assert same >= 14, f"{same} of 16 captchas read as fp32 reads them"
