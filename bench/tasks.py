@@ -232,6 +232,26 @@ class Task:
 
 
 # --------------------------------------------------------------------------- OCR recognizer
+@dataclass(frozen=True)
+class TextTask(Task):
+    """A recognizer scored on its decoded text (``decode``): character accuracy and whole-line accuracy
+    against the truth, spaces ignored on both sides (``char_accuracy``); agreement with fp32's text."""
+
+    def decode(self, outputs: Outputs) -> str:
+        raise NotImplementedError
+
+    def score(self, outputs_list, truths):
+        preds = [self.decode(o) for o in outputs_list]
+        return {"char_acc": float(np.mean([char_accuracy(p, t) for p, t in zip(preds, truths)])),
+                "line_acc": float(np.mean([p.replace(" ", "") == t.replace(" ", "") for p, t in zip(preds, truths)]))}
+
+    def _agreement(self, ref, out):
+        r = [self.decode(o) for o in ref]
+        q = [self.decode(o) for o in out]
+        return {"text_equal": float(np.mean([a == b for a, b in zip(r, q)])),
+                "char_acc_vs_fp32": float(np.mean([char_accuracy(b, a) for a, b in zip(r, q)]))}
+
+
 @cache
 def _rec_ops(model_path: Path):
     """A TextRecognizer without its session: only its preprocessing method and
@@ -248,7 +268,7 @@ def _rec_ops(model_path: Path):
 
 
 @dataclass(frozen=True)
-class RecTask(Task):
+class RecTask(TextTask):
     """Text lines are rendered with width/height <= 320/48, so rapidocr's
     per-batch width ``int(48 * max(320/48, w/h))`` is always 320 and every
     sample has the fixed shape 1x3x48x320 (text left-aligned, zero padded)."""
@@ -276,17 +296,6 @@ class RecTask(Task):
 
     def decode(self, outputs: Outputs) -> str:
         return _rec_ops(self.model_path).postprocess_op(outputs[0])[0][0]
-
-    def score(self, outputs_list, truths):
-        preds = [self.decode(o) for o in outputs_list]
-        return {"char_acc": float(np.mean([char_accuracy(p, t) for p, t in zip(preds, truths)])),
-                "line_acc": float(np.mean([p.replace(" ", "") == t.replace(" ", "") for p, t in zip(preds, truths)]))}
-
-    def _agreement(self, ref, out):
-        r = [self.decode(o) for o in ref]
-        q = [self.decode(o) for o in out]
-        return {"text_equal": float(np.mean([a == b for a, b in zip(r, q)])),
-                "char_acc_vs_fp32": float(np.mean([char_accuracy(b, a) for a, b in zip(r, q)]))}
 
 
 # --------------------------------------------------------------------------- OCR direction classifier
@@ -630,13 +639,13 @@ def _ddddocr_charset(model_path: Path) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class CaptchaTask(Task):
+class CaptchaTask(TextTask):
     """ddddocr's float captcha recognizer (``common.onnx``, its ``beta`` model: an EfficientNet-like
     conv stack, a bidirectional LSTM and a dense layer over 8,210 classes; outputs (steps, 1, classes)
     although the file declares (1, steps)). Input as ddddocr's ``OCREngine``: grayscale resized to
     height 64, /255, 1x1x64xW, so every sample has its own width. Calibration: ``render.captcha``'s
     clean DejaVu captchas; evaluation: its held-out kind (other fonts, stronger tilt, lines, noise).
-    Metric: character accuracy of the greedy CTC decode (blank 0, repeats merged, as
+    Metric (``TextTask``): character accuracy of the greedy CTC decode (blank 0, repeats merged, as
     ``_ctc_decode_indices``), lower-cased, against the rendered text."""
 
     input_name: str = "input1"
@@ -663,16 +672,6 @@ class CaptchaTask(Task):
                 out.append(charset[int(i)])
             prev = i
         return "".join(out).lower()
-
-    def score(self, outputs_list, truths):
-        preds = [self.decode(o) for o in outputs_list]
-        return {"char_acc": float(np.mean([char_accuracy(p, t) for p, t in zip(preds, truths)])),
-                "line_acc": float(np.mean([p == t for p, t in zip(preds, truths)]))}
-
-    def _agreement(self, ref, out):
-        r, q = [self.decode(o) for o in ref], [self.decode(o) for o in out]
-        return {"text_equal": float(np.mean([a == b for a, b in zip(r, q)])),
-                "char_acc_vs_fp32": float(np.mean([char_accuracy(b, a) for a, b in zip(r, q)]))}
 
 
 MODELS = Path("models")

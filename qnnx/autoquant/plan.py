@@ -167,8 +167,9 @@ def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
     """The plan as a target executes it: ``execution(facts)`` (a target's
     :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target
     runs in float is dropped, its decision saying why; one it runs with integer inputs and a float output
-    loses its output qparams (its readers quantize the value when they are integer themselves). ``hoist``: the target wants quantizers above data
-    movement (:func:`hoist_quantizers`). ``the_plan`` itself when nothing changes."""
+    loses its output qparams (its readers quantize the value when they are integer themselves). ``hoist``:
+    the target wants quantizers above data movement (:func:`hoist_quantizers`). ``the_plan`` itself when
+    nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
     matches, changed = [], False
     for m in the_plan.matches:

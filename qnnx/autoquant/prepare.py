@@ -152,10 +152,10 @@ EXACT_NO_OP_RULES = (
 def _float_rewrite_rules() -> list:
     """onnxscript's default rewrite rules with its tolerant no-op rules replaced by exact ones (first, as
     onnxscript orders them), and without the rule that trusts declared shapes: ``materialize_reshape_shape``
-    replaces a computed Reshape shape by the output's shape as the file declares it, and a file may declare
-    it wrong (ddddocr's captcha model declares (1, steps) for a (steps, 1, classes) output: the rule made
-    its output flat, at an opset whose Reshape has no ``allowzero``). onnxscript exposes the default list
-    and the no-op set only under private names; this is the one place qnnx reads them."""
+    replaces a computed Reshape shape by the output's shape as the file declares it, and a declaration can
+    be wrong, which changes what the model computes (an example: docs/benchmarks.md, ddddocr). onnxscript
+    exposes the default list and the no-op set only under private names; this is the one place qnnx reads
+    them."""
     dropped = set(onnxscript.rewriter._no_op.rules.rules) | {materialize_reshape_shape_rule}
     return [*EXACT_NO_OP_RULES, *(r for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES if r not in dropped)]
 
