@@ -13,6 +13,8 @@ the protocol's disjoint sets), the same samples calibrate
 - ``qnnx``: ``qnnx.quantize(..., QuantConfig(target="openvino"))``, the QDQ file it writes;
 - ``qnnx_sym`` (only with ``--with-symmetric``): the same with the opt-in ``symmetric_activations="auto"``
   (zero point 0 on the inputs where the plugin's outputs stay as close to float);
+- ``qnnx_pairs`` (only with ``--with-pairs``): the same with the opt-in ``weight_bits="pairs"`` (MatMul/Gemm
+  weights 8-bit with each same-sign pair of adjacent input channels within what the plugin's int16 sums hold);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -60,6 +62,10 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
             return {"preset": nncf.QuantizationPreset.MIXED, "ignored_scope": scope}
         return {"preset": nncf.QuantizationPreset.MIXED}
     return None
+
+
+# qnnx's opt-in variants (QuantConfig options beyond target="openvino")
+QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"}}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
@@ -145,6 +151,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
     metric = main_metric(fp32)
     print(f"== {name}: OpenVINO fp32 {metric} {fp32[metric]:.4f}", flush=True)
     configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_sym"] if args.with_symmetric else [])
+               + (["qnnx_pairs"] if args.with_pairs else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
                                                                                  "seconds": []} for c in configs}}
@@ -163,7 +170,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
                 else:
                     model = qnnx_quantize(task.model_path, calib, "onnxruntime" if c == "qnnx_ort" else "openvino",
                                           tmp / f"{name}.{c}.{seed}.onnx",
-                                          **({"symmetric_activations": "auto"} if c == "qnnx_sym" else {}))
+                                          **QNNX_OPTIONS.get(c, {}))
                 seconds = time.perf_counter() - t
                 value = task.score(outputs_of(model, feeds, args.score_threads, args.precision), truths)[metric]
             except Exception as e:  # noqa: BLE001 - a failing quantizer is a result, reported as such
@@ -232,7 +239,10 @@ def main() -> None:
     ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
     ap.add_argument("--with-symmetric", action="store_true",
                     help="also qnnx with symmetric_activations='auto' (zero point 0 where the plugin's outputs allow)")
-    ap.add_argument("--only", nargs="+", help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_ort)")
+    ap.add_argument("--with-pairs", action="store_true",
+                    help="also qnnx with weight_bits='pairs' (MatMul/Gemm weights 8-bit, int16 pairs limited)")
+    ap.add_argument("--only", nargs="+",
+                    help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -279,10 +279,13 @@ def quantize(
         ] = Runtime(QuantConfig.target),
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
-        weight_bits: Annotated[int, typer.Option(
-            "--weight-bits", min=7, max=8, metavar="7|8", help="7: weights within [-64, 64], so that the u8 x s8 kernels of ONNX "
-            "Runtime and OpenVINO, which add pairs of products in 16 bits on x86 without VNNI, compute the model "
-            "exactly on every CPU; 8: full int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM)")] = QuantConfig.weight_bits,
+        weight_bits: Annotated[str, typer.Option(
+            "--weight-bits", metavar="7|8|pairs",
+            help="7: weights within [-64, 64], so that the u8 x s8 kernels of ONNX Runtime and OpenVINO, which add "
+            "pairs of products in 16 bits on x86 without VNNI, compute the model exactly on every CPU; 8: full "
+            "int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM); pairs (--target openvino): "
+            "7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within "
+            "128, which OpenVINO's kernels pair and sum exactly")] = str(QuantConfig.weight_bits),
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
@@ -416,7 +419,7 @@ def quantize(
         check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
-        weight_bits=weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
+        weight_bits=int(weight_bits) if weight_bits in ("7", "8") else weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
         allow_float=allow_float, target=target.value, progress=not quiet,
         ranges=RangeOptions(method=method.value, percentile=percentile,
                             consumer_functions=_consumer_functions(consumer_function),

@@ -436,6 +436,81 @@ def simulated_dequantize(x, scale, zero_point=0, *, axis: int = -1, block_size: 
     return ((x - z) * s.astype(np.float32)).astype(np.float32)
 
 
+# --------------------------------------------------------------------------- int8 dot products in int16 pairs
+
+# x86 int8 kernels without VNNI multiply uint8 by int8 with ``vpmaddubsw``: the products of each pair of
+# adjacent input channels (2j, 2j + 1) are added in a *saturating int16*, and those sums in int32
+# (``vpmaddwd``). 255 * 127 * 2 = 64770 > 32767, so large inputs against a pair of large same-sign weights
+# clip. A pair whose magnitudes sum to at most 32767 // 255 = 128 cannot: 8-bit weights with that limit are
+# exact on these kernels and nearly as fine as unlimited ones (7-bit weights, [-64, 64], are the blunt form).
+U8S8_PAIR_LIMIT = 32767 // 255
+
+
+def u8s8_pair_dot(x, w) -> np.ndarray:
+    """``x @ w`` (int64) for uint8 ``x`` (..., K) and int8 ``w`` (K, N) as those kernels sum it: each pair
+    of products of input channels 2j and 2j + 1 saturated to int16, the pairs summed exactly (an odd K
+    pairs its last channel with a zero)."""
+    x, w = np.asarray(x, np.int64), np.asarray(w, np.int64)
+    if x.shape[-1] % 2:
+        x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.int64)], axis=-1)
+        w = np.concatenate([w, np.zeros((1,) + w.shape[1:], np.int64)], axis=0)
+    k = x.shape[-1] // 2
+    pairs = np.einsum("...jt,jtn->...jn", x.reshape(x.shape[:-1] + (k, 2)), w.reshape(k, 2, -1))
+    return np.clip(pairs, -32768, 32767).sum(axis=-2)
+
+
+def _pairs(q: np.ndarray, reduction_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """The even and odd members of each adjacent pair along ``reduction_axis`` (moved first)."""
+    m = np.moveaxis(np.asarray(q), reduction_axis, 0)
+    k = m.shape[0] // 2 * 2
+    return m[0:k:2], m[1:k:2]
+
+
+def same_sign_pair_sums(w, reduction_axis: int) -> np.ndarray:
+    """``|a| + |b|`` of each pair of adjacent entries along ``reduction_axis`` with the same sign (0 for a
+    pair of opposite signs, whose products cannot add up), shaped like one of the pair members."""
+    a, b = (np.asarray(v, np.float64) for v in _pairs(w, reduction_axis))
+    return np.where(a * b > 0, np.abs(a) + np.abs(b), 0.0)
+
+
+def pair_limited_scale(w, axis: int | None, reduction_axis: int, qmax: int = 127) -> np.ndarray:
+    """Symmetric scale(s) of weights ``w``, one per index of ``axis`` (None: one for the tensor), at which
+    their integers stay within ``qmax`` and every same-sign pair along ``reduction_axis`` within
+    :data:`U8S8_PAIR_LIMIT`: ``max(max |w| / qmax, max pair sum / limit)`` (float32; 0 for all-zero weights,
+    which any positive scale represents)."""
+    w = np.asarray(w, np.float64)
+    absmax, pair = np.abs(w), same_sign_pair_sums(w, reduction_axis)
+    if axis is None:
+        big, sums = absmax.max(initial=0.0), pair.max(initial=0.0)
+    else:
+        axis = normalize_axis(axis, w.ndim)
+        r = normalize_axis(reduction_axis, w.ndim)
+        pair_axis = 0 if axis == r else (axis + 1 if axis < r else axis)  # where ``axis`` went in ``pair``
+        big = np.moveaxis(absmax, axis, 0).reshape(w.shape[axis], -1).max(axis=1, initial=0.0)
+        sums = np.moveaxis(pair, pair_axis, 0).reshape(w.shape[axis], -1).max(axis=1, initial=0.0)
+    return np.maximum(big / qmax, sums / U8S8_PAIR_LIMIT).astype(np.float32)
+
+
+def pair_bounds(partner, qmin: int = -128, qmax: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest integer a weight may take beside ``partner``, the other member of its pair,
+    so that a same-sign pair stays within :data:`U8S8_PAIR_LIMIT`."""
+    p = np.asarray(partner, np.int64)
+    lo = np.where(p < 0, np.maximum(qmin, -U8S8_PAIR_LIMIT - p), qmin)
+    hi = np.where(p > 0, np.minimum(qmax, U8S8_PAIR_LIMIT - p), qmax)
+    return lo, hi
+
+
+def limit_pairs(q, reduction_axis: int) -> np.ndarray:
+    """``q`` with the odd member of each same-sign pair beyond :data:`U8S8_PAIR_LIMIT` moved toward zero until
+    the pair is within it (a float edge of a rounding a step over; the even member is kept)."""
+    q = np.array(q, copy=True)
+    m = np.moveaxis(q, reduction_axis, 0)  # a view: writes reach ``q``
+    k = m.shape[0] // 2 * 2
+    lo, hi = pair_bounds(m[0:k:2])
+    m[1:k:2] = np.clip(m[1:k:2], lo, hi)
+    return q
+
+
 # --------------------------------------------------------------------------- binary ops
 
 

@@ -360,6 +360,29 @@ def bias_input(op) -> int | None:
     return facts(op).bias_input
 
 
+def reduction_axis(node, input_index: int, ndim: int) -> int | None:
+    """The axis of a contraction's operand ``input_index`` (of rank ``ndim``) that its sums run over (the
+    input channels of a weight): Conv 1, ConvTranspose 0 (weights are C_in x C_out/group x k), MatMul
+    and Gemm by their operand's role and transposition; None for any other op or input."""
+    if node.domain not in STANDARD_DOMAINS:
+        return None
+    at = node.attributes if node.attributes else {}
+
+    def flag(name: str) -> int:
+        a = at.get(name)
+        return int(getattr(a, "value", a) or 0)
+
+    op = node.op_type
+    if op in ("Conv", "ConvTranspose") and input_index == 1 and ndim >= 3:
+        return 1 if op == "Conv" else 0
+    if op == "MatMul" and ndim >= 2 and input_index in (0, 1):
+        return ndim - 1 if input_index == 0 else ndim - 2
+    if op == "Gemm" and ndim == 2 and input_index in (0, 1):
+        transposed = flag("transA" if input_index == 0 else "transB")
+        return (0 if transposed else 1) if input_index == 0 else (1 if transposed else 0)
+    return None
+
+
 def fragile_inputs(op) -> tuple[int, ...]:
     return facts(op).fragile_inputs
 

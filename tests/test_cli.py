@@ -238,16 +238,18 @@ def test_quantize_speed_fallback_option(quantize_case, capsys, monkeypatch):
 
 
 def _config_field_seen(quantize_case, monkeypatch, argv: list[str], field: str) -> list:
-    """``qnnx quantize`` run with ``argv`` on the quantize case; the QuantConfig ``field`` (a section's
-    field: ``ranges.method``) it passed. (A spy on the CLI -> config mapping only.)"""
+    """``qnnx quantize`` run with ``argv`` on the quantize case; the QuantConfig ``field`` (a top-level one,
+    or a section's: ``ranges.method``) it passed. (A spy on the CLI -> config mapping only.)"""
     import qnnx.autoquant
 
     seen = []
     real = qnnx.autoquant.quantize
 
     def spy(model, calibration, config, validation=None):
-        section, name = field.split(".")
-        seen.append(getattr(getattr(config, section), name))
+        value = config
+        for part in field.split("."):
+            value = getattr(value, part)
+        seen.append(value)
         return real(model, calibration, config, validation=validation)
 
     monkeypatch.setattr(qnnx.autoquant, "quantize", spy)
@@ -868,3 +870,21 @@ def test_random_calibration_refuses_a_huge_input_before_allocating(tmp_path, cap
     s = _one_input_model(tmp_path / "s.onnx", elem=onnx.TensorProto.STRING, shape=(1,))
     assert main(["quantize", s, "-o", str(tmp_path / "q.onnx"), "--random-calibration", "-q"]) == 1
     assert "input 'x' is STRING; random calibration makes float32 samples only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, want", [([], 7), (["--weight-bits", "8"], 8),
+                                        (["--weight-bits", "pairs", "--target", "openvino"], "pairs")])
+def test_quantize_weight_bits_option(quantize_case, capsys, monkeypatch, argv, want):
+    assert _config_field_seen(quantize_case, monkeypatch, argv, "weight_bits") == [want]
+
+
+@pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"], "weight_bits must be one of 7, 8, pairs, got '9'"),
+                                           (["--weight-bits", "pairs"], "how onnxruntime's kernels pair products was "
+                                                                         "not checked")])
+def test_quantize_bad_weight_bits_is_one_line(quantize_case, capsys, argv, message):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q", *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not out.exists()

@@ -765,3 +765,56 @@ def test_requantize_qdq_differs_from_float_at_an_exact_tie():
     assert numerics.requantize(*args, rounding="half_even", out_dtype="uint8", compute="float")[0] == 128
     with pytest.raises(QnnxError, match="unknown compute 'qdq'"):
         numerics.scale_and_round(np.array([1]), 0.5, rounding="half_even", compute="qdq")
+
+
+# --------------------------------------------------------------------------- int8 dot products in int16 pairs
+# A literal transcription, one output at a time: vpmaddubsw (u8 x s8 products of bytes 2j and 2j+1, added
+# in a saturating int16), then vpmaddwd / int32 adds.
+
+
+def _pair_dot_literal(x: list[int], w: list[int]) -> int:
+    total = 0
+    for j in range(0, len(x), 2):
+        pair = x[j] * w[j] + (x[j + 1] * w[j + 1] if j + 1 < len(x) else 0)
+        total += max(-32768, min(32767, pair))
+    return total
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_u8s8_pair_dot_is_the_pairwise_saturating_sum(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (3, k))
+    w = rng.integers(-128, 128, (k, 2))
+    w[: min(k, 2)] = rng.choice([-128, 127])  # a pair at full scale, where the int16 sum clips
+    got = numerics.u8s8_pair_dot(x, w)
+    for r in range(3):
+        for n in range(2):
+            assert got[r, n] == _pair_dot_literal(list(x[r]), list(w[:, n]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([(0, 1), (1, 0), (None, 1)]))
+def test_pair_limited_scale_keeps_pairs_exact_and_is_at_most_twice_the_8_bit_scale(seed, axes):
+    axis, reduction = axes
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((6, 10)) * rng.uniform(0.01, 10)).astype(np.float32)
+    scale = numerics.pair_limited_scale(w, axis, reduction)
+    q = numerics.limit_pairs(numerics.quantize(w, scale, 0, axis=axis if axis is not None else -1), reduction)
+    assert numerics.same_sign_pair_sums(q, reduction).max() <= numerics.U8S8_PAIR_LIMIT
+    q_k = q if reduction == 0 else q.T  # (K, N)
+    x = np.full((1, q_k.shape[0]), 255)  # the largest inputs: the pair sums of these weights never clip
+    np.testing.assert_array_equal(numerics.u8s8_pair_dot(x, q_k), x @ q_k.astype(np.int64))
+    eight = np.abs(w).max(axis=None if axis is None else 1 - axis) / 127
+    assert np.all(scale >= eight.astype(np.float32) * (1 - 1e-6))
+    assert np.all(scale <= 2 * eight * 127 / numerics.U8S8_PAIR_LIMIT * (1 + 1e-6))  # never coarser than 7 bits
+    assert np.abs(q).max() <= 127
+
+
+def test_pair_bounds_and_limit_pairs_move_only_the_odd_member_of_a_pair_beyond_the_limit():
+    lo, hi = numerics.pair_bounds(np.array([100, -100, 0]))
+    np.testing.assert_array_equal(lo, [-128, -28, -128])
+    np.testing.assert_array_equal(hi, [28, 127, 127])
+    q = np.array([[100, 60], [-100, -60], [100, -60], [5, 6]])  # rows: pairs along axis 1
+    np.testing.assert_array_equal(numerics.limit_pairs(q, 1), [[100, 28], [-100, -28], [100, -60], [5, 6]])
+    assert numerics.limit_pairs(np.array([[127, 1, 9]]), 1).tolist() == [[127, 1, 9]]  # an odd last entry is alone

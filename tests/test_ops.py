@@ -365,3 +365,15 @@ def test_readers_through_and_made_through_see_a_concat_past_data_movement():
     assert ops.made_through(values["f"], ("Concat",)) and ops.made_through(values["c"], ("Concat",))
     assert not ops.made_through(values["p"], ("Concat",))  # a MaxPool of a Relu
     assert not ops.made_through(values["y"], ("Concat",))  # the Sigmoid computes new values
+
+
+def test_reduction_axis_names_the_input_channels_of_each_contractions_operand():
+    def node(op, **attrs):
+        return ir.node(op, [ir.Value(name="a"), ir.Value(name="b")], attributes=attrs)
+
+    assert ops.reduction_axis(node("Conv"), 1, 4) == 1
+    assert ops.reduction_axis(node("ConvTranspose"), 1, 4) == 0  # weights C_in x C_out/group x k
+    assert ops.reduction_axis(node("MatMul"), 1, 2) == 0 and ops.reduction_axis(node("MatMul"), 0, 3) == 2
+    assert ops.reduction_axis(node("Gemm"), 1, 2) == 0 and ops.reduction_axis(node("Gemm", transB=1), 1, 2) == 1
+    assert ops.reduction_axis(node("Gemm", transA=1), 0, 2) == 0
+    assert ops.reduction_axis(node("Add"), 1, 2) is None and ops.reduction_axis(node("Conv"), 2, 1) is None

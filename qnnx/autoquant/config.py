@@ -19,12 +19,13 @@ from dataclasses import dataclass, field, fields, replace
 
 from qnnx.calibrate.observers import CONSUMER_FUNCTIONS, OBSERVERS, HistogramObserver
 from qnnx.errors import QnnxError
+from qnnx.targets import weight_grid
 
 METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration method
 HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
-WEIGHT_BITS = (7, 8)
+WEIGHT_BITS = (7, 8, "pairs")
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
@@ -203,7 +204,9 @@ class QuantConfig:
     ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``weight_bits``: 7
     (default: every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums
     of the int8 kernels of ONNX Runtime and OpenVINO on x86 without VNNI: the model computes what its
-    graph says on every CPU), or 8 for hardware whose kernels accumulate in 32 bits; ``exclude_nodes``
+    graph says on every CPU), 8 for hardware whose kernels accumulate in 32 bits, or "pairs" (OpenVINO:
+    7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within
+    128, which its kernels pair and sum exactly; ``targets.execution.WeightGrid``); ``exclude_nodes``
     (node names or glob patterns) and ``exclude_op_types`` stay float; ``allow_float``: return a model
     in which nothing ended up quantized instead of failing; ``target``: the runtime the written QDQ
     model is shaped for; ``progress``: progress lines on stderr.
@@ -212,7 +215,7 @@ class QuantConfig:
     activation_dtype: str = "uint8"
     activation_symmetric: bool = False
     weight_dtype: str = "int8"
-    weight_bits: int = 7
+    weight_bits: int | str = 7
     per_channel: bool = True
     exclude_nodes: tuple[str, ...] = ()
     exclude_op_types: tuple[str, ...] = ()
@@ -248,6 +251,8 @@ class QuantConfig:
         _choice("activation_dtype", self.activation_dtype, ACTIVATION_DTYPES)
         _choice("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
         _choice("weight_bits", self.weight_bits, WEIGHT_BITS)
+        if self.weight_bits == "pairs" and isinstance(self.target, str):
+            weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
         for name in ("exclude_nodes", "exclude_op_types"):
             object.__setattr__(self, name, _names(name, getattr(self, name)))
         for name in ("activation_symmetric", "per_channel", "allow_float", "progress"):
@@ -255,12 +260,6 @@ class QuantConfig:
                 raise QnnxError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.target, str):
             raise QnnxError(f"target must be a name, got {self.target!r}")
-
-    @property
-    def weight_range(self) -> tuple[int, int]:
-        """The integers a weight may take: int8's, or [-64, 64] with ``weight_bits`` 7 (the symmetric scale
-        maps the largest magnitude to 63.5, which rounds to 64: two products 255 * 64 still fit in int16)."""
-        return (-64, 64) if self.weight_bits == 7 else (-128, 127)
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""

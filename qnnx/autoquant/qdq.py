@@ -16,6 +16,8 @@ from qnnx.autoquant.patterns import pattern_named
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.dtypes import int_type
 from qnnx.ir import Builder, const_array, drop_unused_initializers, replace_value
+from qnnx.targets import weight_grid
+from qnnx.targets.execution import WeightGrid
 
 
 def _model_copy(model: ir.Model) -> ir.Model:
@@ -162,6 +164,17 @@ def _normal_bias_scale(w_qp: QParams, x_scale) -> QParams:
                    w_qp.axis)
 
 
+def _weight_qparams(w: np.ndarray, axis: int | None, config, grid: WeightGrid, pair_axis: int | None) -> QParams:
+    """Symmetric int8 qparams of conv/matmul weights: min-max over the grid's 7 or 8 bits, or (``pair_axis``,
+    the input channels of weights the grid pairs) over 8 bits with each scale widened to keep the same-sign
+    pairs along it within numerics.U8S8_PAIR_LIMIT."""
+    qp = _constant_qparams(w, axis, config, config.weight_dtype, True, grid.bits == 7 and pair_axis is None)
+    if pair_axis is None:
+        return qp
+    scale = np.maximum(np.asarray(qp.scale, np.float32), numerics.pair_limited_scale(w, axis, pair_axis))
+    return QParams(scale.reshape(np.shape(qp.scale)), qp.zero_point, qp.dtype, qp.axis)
+
+
 def _constant_qparams(w: np.ndarray, axis: int | None, config, role_dtype: str, symmetric: bool,
                       reduce_range: bool = False) -> QParams:
     obs = make_observer(ObserverConfig(method="minmax", dtype=role_dtype, symmetric=symmetric, axis=axis,
@@ -182,6 +195,7 @@ class AffineRewriter:
         self.config = config
         self.values = _values_by_name(self.graph)
         self.nodes = {n.name: n for n in self.graph if n.name}
+        self.grid = weight_grid(config.target, config.weight_bits)
         self.handles: dict[str, object] = {}  # activation name -> its qparams (or their graph inputs), once in
         # Values quantized as pattern inputs but computed by a float op: only the pattern nodes read the DQ.
         produced = {t.value.name for match in plan.matches for t in match.outputs}
@@ -203,6 +217,18 @@ class AffineRewriter:
 
     def bias(self, holder: ir.Node, idx: list[int], bias: np.ndarray, x, w) -> None:
         raise NotImplementedError
+
+    def _pair_axis(self, anchor: ir.Node, idx: list[int], w: np.ndarray) -> int | None:
+        """The input-channel axis of ``anchor``'s weights when the grid limits their int16 pairs, else None."""
+        if not idx or not self.grid.pairs(anchor.op_type):
+            return None
+        return ops.reduction_axis(anchor, idx[0], w.ndim)
+
+    def on_grid(self, q: np.ndarray, anchor: ir.Node, idx: list[int]) -> np.ndarray:
+        """Integer weights ``q`` of ``anchor``'s inputs ``idx`` kept on the weight grid: with int16 pairs, a
+        pair a float rounding put a step beyond the limit is brought back (numerics.limit_pairs)."""
+        axis = self._pair_axis(anchor, idx, q)
+        return q if axis is None else numerics.limit_pairs(q, axis).astype(q.dtype)
 
     # the walk
     def _activation(self, name: str, readers: set[str] | None):
@@ -228,7 +254,7 @@ class AffineRewriter:
             w = np.asarray(const_array(self.values[t.value.name]), np.float32)
             if t.role == "weight":  # int8 symmetric, per-channel when configured and possible
                 axis = t.axis if config.per_channel else None
-                qp = _constant_qparams(w, axis, config, config.weight_dtype, True, config.weight_bits == 7)
+                qp = _weight_qparams(w, axis, config, self.grid, self._pair_axis(anchor, idx, w))
                 w_handle = self.weight(anchor, idx, w, qp, axis, x, bias)
             else:  # a constant operand of an elementwise op: the activation type, from its own range
                 qp = _constant_qparams(w, None, config, config.activation_dtype, config.activation_symmetric)
@@ -266,6 +292,7 @@ class QDQRewriter(AffineRewriter):
         if bias is not None and x is not None:
             qp = _fit_bias(qp, bias, x.scale)
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
+        q = self.on_grid(q, anchor, idx)
         for i in idx:
             quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
         return qp

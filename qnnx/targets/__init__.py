@@ -1,6 +1,6 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name``, two flags and four methods, the only runtime-specific code of automatic quantization:
+A target has a ``name``, three flags and four methods, the only runtime-specific code of automatic quantization:
 
     execution(facts) -> Int8Execution  how it executes a pattern match (execution.MatchFacts: its kind,
                                        its anchor's op type, ...): quantized whole, inputs only (float
@@ -11,6 +11,9 @@ A target has a ``name``, two flags and four methods, the only runtime-specific c
                                        also has ``unsigned_readers`` (op types it computes wrongly on int8
                                        inputs) and ``outputs(model, feeds)`` (the outputs by name its runtime
                                        computes), for the symmetric_activations refinement
+    pairs_input_channels               whether its x86 int8 kernels sum products of adjacent input channels in
+                                       int16 pairs (checked), so pair-limited weights (weight_bits "pairs") are
+                                       exact there
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved
@@ -22,6 +25,7 @@ never the export's shaping.
 from __future__ import annotations
 
 from qnnx.errors import QnnxError
+from qnnx.targets.execution import PAIRS, WeightGrid
 from qnnx.targets.onnxruntime import OnnxRuntimeTarget
 from qnnx.targets.openvino import OpenVinoTarget
 
@@ -34,3 +38,15 @@ def target(name: str):
         return TARGETS[name]
     except KeyError:
         raise QnnxError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}") from None
+
+
+def weight_grid(target_name: str, weight_bits: int | str) -> WeightGrid:
+    """The weight grid of a config: 7 or 8 bits for every weight, or "pairs" (7-bit convs, MatMul/Gemm
+    weights 8-bit with int16 pairs limited) on a target whose kernels pair adjacent input channels."""
+    if weight_bits != "pairs":
+        return WeightGrid(weight_bits)
+    if not target(target_name).pairs_input_channels:
+        raise QnnxError(f"weight_bits 'pairs' keeps the weights of adjacent input channels within what OpenVINO's "
+                        f"x86 kernels sum exactly in int16 pairs; how {target_name}'s kernels pair products was not "
+                        "checked: use weight_bits 7 (exact on every CPU) or 8")
+    return PAIRS

@@ -1,4 +1,6 @@
-"""weight_bits: 7-bit weights keep ONNX Runtime's u8 x s8 kernels exact on every CPU."""
+"""weight_bits and the targets' weight grids: 7-bit weights keep ONNX Runtime's u8 x s8 kernels exact on every
+CPU; pair-limited 8-bit weights (OpenVINO's MatMul/Gemm) keep each pair of adjacent input channels within what
+its kernels sum exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import pytest
 from float_graphs import Graph, run_ort, run_ref
 
 import qnnx
-from qnnx import QnnxError, QuantConfig
+from qnnx import QnnxError, QuantConfig, numerics
+from qnnx.targets import weight_grid
+from qnnx.targets.execution import WeightGrid
 from qnnx.targets.onnxruntime.kernels import u8s8_saturates
 
 
@@ -31,11 +35,74 @@ def _weights(qm) -> np.ndarray:
     return conv.inputs[1].producer().inputs[0].const_value.numpy()
 
 
-def test_weight_bits_is_checked_and_gives_the_weight_range():
-    assert QuantConfig().weight_range == (-64, 64)
-    assert QuantConfig(weight_bits=8).weight_range == (-128, 127)
+def test_weight_bits_picks_the_grid():
+    assert QuantConfig().weight_bits == 7
+    assert weight_grid("onnxruntime", 7) == WeightGrid(7) and WeightGrid(7).range("Conv") == (-64, 64)
+    assert weight_grid("openvino", 8) == WeightGrid(8) and WeightGrid(8).range("MatMul") == (-128, 127)
+    pairs = weight_grid("openvino", "pairs")
+    assert pairs.range("Conv") == (-64, 64) and pairs.range("MatMul") == (-128, 127) and not pairs.pairs("Conv")
+    assert QuantConfig(weight_bits="pairs", target="openvino").weight_bits == "pairs"
     with pytest.raises(QnnxError, match="weight_bits"):
         QuantConfig(weight_bits=6)
+    with pytest.raises(QnnxError, match="onnxruntime's kernels pair products was not checked"):
+        QuantConfig(weight_bits="pairs")  # ONNX Runtime's pair order is its packing's, not known to be channels
+    with pytest.raises(ValueError):
+        WeightGrid(7, int16_pairs=("Conv",))  # conv weights are re-rounded within a box range
+
+
+def _contractions():
+    """Every contraction kind whose weights the pair limit applies to, with large correlated weights (a
+    few loud input channels, so pairs of large same-sign weights exist) and its weights' input-channel axis."""
+    rng = np.random.default_rng(8)
+
+    def loud(shape, axis):
+        w = rng.normal(0, 0.2, shape).astype(np.float32)
+        idx = [slice(None)] * len(shape)
+        idx[axis] = slice(0, 4)
+        w[tuple(idx)] = np.abs(w[tuple(idx)]) + 1.0  # channels 0-3 large and positive: pairs (0, 1), (2, 3)
+        return w
+
+    cases = []
+    g = Graph()
+    g.node("Conv", [g.input("x", [1, 8, 6, 6]), g.const(loud((6, 8, 3, 3), 1), "w")], name="conv", pads=[1, 1, 1, 1],
+           out="y")
+    cases.append(("conv", g.model("y"), (1, 8, 6, 6), 1))
+    g = Graph()
+    g.node("Conv", [g.input("x", [1, 8, 6, 6]), g.const(loud((6, 4, 3, 3), 1), "w")], name="conv", group=2,
+           pads=[1, 1, 1, 1], out="y")
+    cases.append(("grouped conv", g.model("y"), (1, 8, 6, 6), 1))
+    g = Graph()
+    g.node("MatMul", [g.input("x", [2, 8]), g.const(loud((8, 5), 0), "w")], name="mm", out="y")
+    cases.append(("matmul", g.model("y"), (2, 8), 0))
+    g = Graph()
+    g.node("Gemm", [g.input("x", [2, 8]), g.const(loud((5, 8), 1), "w")], name="gemm", transB=1, out="y")
+    cases.append(("gemm transB", g.model("y"), (2, 8), 1))
+    return cases
+
+
+def _weights_of(qm) -> np.ndarray:
+    node = next(n for n in qm.qdq.graph if n.op_type in ("Conv", "MatMul", "Gemm"))
+    return node.inputs[1].producer().inputs[0].const_value.numpy()
+
+
+def test_pairs_limit_matmul_and_gemm_weights_and_keep_conv_weights_7_bit():
+    for kind, model, shape, axis in _contractions():
+        rng = np.random.default_rng(9)
+        calib = [rng.normal(0, 1, shape).astype(np.float32) for _ in range(8)]
+        for rounding in ("nearest", "gptq"):
+            qm = qnnx.quantize(model, calib, QuantConfig(progress=False, target="openvino", weight_bits="pairs",
+                                                         weight_rounding=rounding))
+            q = _weights_of(qm)
+            assert numerics.same_sign_pair_sums(q, axis).max() <= numerics.U8S8_PAIR_LIMIT, kind
+            widest = np.abs(q.astype(int)).max()
+            assert widest <= 64 if "conv" in kind else widest > 64, kind  # finer than 7 bits where paired
+            record = qm.report.record("openvino")
+            assert record is None or not record.saturating, kind
+        if "conv" in kind:
+            continue
+        # full int8 weights have pairs beyond the limit: the pair grid is what keeps them in
+        full = _weights_of(qnnx.quantize(model, calib, QuantConfig(progress=False, target="openvino", weight_bits=8)))
+        assert numerics.same_sign_pair_sums(full, axis).max() > numerics.U8S8_PAIR_LIMIT, kind
 
 
 @pytest.mark.parametrize("rounding", ["nearest", "gptq"])

@@ -36,6 +36,7 @@ from qnnx.autoquant.refinements.bias_correction import bias_dequantize, fold_int
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.autoquant.refinements.progress import ProgressLine
 from qnnx.ir import const_array
+from qnnx.targets import weight_grid
 
 DAMPING = 0.01  # of the mean diagonal, added to H before inverting (GPTQ's default)
 POLISH_ROUNDS = 8  # +-1 sweeps over the taps of a depthwise filter; most layers settle in a few
@@ -97,8 +98,8 @@ class _Layer:
 def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict], progress: bool = False,
                        limits: tuple[int, int] = (-128, 127)) -> list[RoundingRecord]:
     """Re-round the int8 weights (and correct the int32 bias) of every depthwise and ungrouped conv of
-    ``qdq`` in place, from its inputs on ``samples``, within ``limits`` (plan.weight_range); one record
-    per such conv."""
+    ``qdq`` in place, from its inputs on ``samples``, within ``limits`` (the weight grid's conv range);
+    one record per such conv."""
     records: list[RoundingRecord] = []
     layers = _conv_layers(float_model, qdq, records)
     if not layers or not samples:
@@ -406,5 +407,6 @@ class WeightRounding(Refinement):
 
     def apply(self, state):
         records = round_conv_weights(state.float_model, state.qdq, list(state.samples),
-                                     progress=state.config.progress, limits=state.config.weight_range)
+                                     progress=state.config.progress,
+                                     limits=weight_grid(state.config.target, state.config.weight_bits).range("Conv"))
         return state, WeightRoundingRecord(records)

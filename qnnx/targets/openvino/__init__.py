@@ -20,8 +20,11 @@
                C2f, a block input in MobileNet) or the scaled map of a squeeze-excitation block is read
                in float and its quantize stands alone.
     weights    as configured (``weight_bits``); on x86 CPUs without VNNI (cpu.py) the plugin's u8 x s8 kernels
-               sum pairs of products in saturating 16 bits (255 * 127 * 2 > 32767): the check notes a model
-               whose weights exceed +-64 there (NNCF's overflow fix narrows its weights for the same reason)
+               add the products of each two adjacent input channels in a saturating int16 (255 * 127 * 2 >
+               32767; depthwise convs sum in int32): 7-bit weights, and the opt-in "pairs" (MatMul/Gemm
+               weights 8-bit with each same-sign pair there within 128, execution.WeightGrid), keep those
+               sums exact (NNCF's overflow fix narrows its weights for the same reason); the check notes a
+               model whose weights can clip there
     symmetric  its int8 kernels are faster with zero point 0 on their inputs (int8 symmetric), which costs
                levels on a value with a short negative tail: the symmetric_activations refinement tries it
                on every input no Concat reads or makes (the plugin computes a Concat of int8 inputs wrongly on some
@@ -43,7 +46,7 @@ import onnx_ir as ir
 
 from qnnx import ops
 from qnnx.errors import QnnxError
-from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_weights
+from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_pairs
 from qnnx.targets.openvino.cpu import pairs_saturate
 from qnnx.targets.openvino.execution_check import contractions, executed_layers
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms, run
@@ -68,14 +71,14 @@ class OpenVinoRecord:
     int8: int = 0
     float_layers: list[str] = field(default_factory=list)
     unchecked: str = ""
-    saturating: bool = False  # int8 weights beyond +-64 on a CPU whose u8 x s8 kernels clip 16-bit pair sums
+    saturating: bool = False  # int8 weight pairs beyond 128 on a CPU whose u8 x s8 kernels clip 16-bit pair sums
 
     def lines(self) -> list[str]:
         if self.unchecked:
             return [f"OpenVINO: the model was not compiled to check its int8 layers: {self.unchecked}"]
         out = ["note: OpenVINO on this CPU (x86 without VNNI) sums uint8 x int8 products in saturating 16-bit pairs, "
-               "so large sums in this model's int8 layers can be clipped; --weight-bits 7 keeps every weight "
-               "within [-64, 64], which these kernels sum exactly"] if self.saturating else []
+               "so large sums in this model's int8 layers can be clipped; --weight-bits 7 or pairs keeps each pair "
+               "within what these kernels sum exactly"] if self.saturating else []
         out += [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8 ({self.quantized} quantized in "
                f"the model), {len(self.float_layers)} in float"]
         if self.int8 < self.quantized:
@@ -93,6 +96,9 @@ class OpenVinoTarget:
     # The plugin computes a Concat of int8 inputs wrongly on some CPUs, and moves a quantize after a Concat
     # up to its inputs: values a Concat reads or makes keep uint8.
     unsigned_readers = ("Concat",)
+    # Its x86 kernels without VNNI add the products of adjacent input channels in int16 pairs (checked
+    # against the plugin in tests/targets/openvino): pair-limited weights are exact there.
+    pairs_input_channels = True
 
     def outputs(self, model: ir.Model, feeds) -> list[dict[str, np.ndarray]]:
         """Each feed's graph outputs by name, computed by the CPU plugin (one thread) from the exported
@@ -128,7 +134,7 @@ class OpenVinoTarget:
             return OpenVinoRecord(quantized, unchecked=str(e))
         int8, floats = contractions(executed_layers(compiled))
         return OpenVinoRecord(quantized, len(int8), [layer.fused or layer.name for layer in floats],
-                              saturating=wide_int8_weights(qdq) and pairs_saturate())
+                              saturating=wide_int8_pairs(qdq) and pairs_saturate())
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""

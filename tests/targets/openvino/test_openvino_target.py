@@ -283,3 +283,104 @@ def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form
     assert "Softmax" in {n.op_type for n in qm.canonical.graph}
     assert ("softmax", "Softmax", "an operand is int32 (an accumulator); qnnx.softmax takes 8/16-bit operands") \
         in qm.report.left_in_float
+
+
+# --------------------------------------------------------------------------- int16 pair sums on the plugin
+
+
+def _integer_conv(w: np.ndarray, hw: int = 5):
+    """x (uint8 integers, scale 1) -> int8 weights ``w`` (scale 1) -> Conv without padding: the plugin's
+    integer conv as it is, the accumulator dequantized by 1."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c_out, c_in = w.shape[:2]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "zp"),
+             numpy_helper.from_array(w.astype(np.int8), "w"),
+             numpy_helper.from_array(np.ones(c_out, np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(c_out, np.int8), "wz")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _pair_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """numerics.u8s8_pair_dot applied tap by tap (pairs of input channels at one tap; taps summed in int32)."""
+    from qnnx import numerics
+
+    c_out, c_in, kh, kw = w.shape
+    h = x.shape[2] - kh + 1
+    out = np.zeros((c_out, h, h), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[0, :, i:i + h, j:j + h].reshape(c_in, -1).T  # (positions, C_in)
+            out += numerics.u8s8_pair_dot(patch, w[:, :, i, j].T).T.reshape(c_out, h, h)
+    return out
+
+
+@pytest.mark.openvino
+@pytest.mark.parametrize("c_in,k", [(8, 1), (16, 3), (3, 3), (5, 1)])
+def test_the_plugin_sums_adjacent_input_channels_as_numerics_models_it(c_in, k):
+    pytest.importorskip("openvino")
+    from qnnx import numerics
+    from qnnx.targets.openvino.cpu import pairs_saturate
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    rng = np.random.default_rng(c_in * 10 + k)
+    w = rng.integers(-127, 128, (4, c_in, k, k))
+    w[:, :2] = 127  # a same-sign pair at its largest: 255 * 127 * 2 does not fit int16
+    x = rng.integers(0, 256, (1, c_in, 5, 5))
+    x[:, :2] = 255
+    got = run(compile_model(_integer_conv(w), threads=1), {"x": x.astype(np.float32)})[0][0]
+    exact = _pair_conv(x, w) if pairs_saturate() else None
+    if exact is None:  # a CPU that accumulates in int32: the exact sums
+        from float_graphs import run_ort
+        exact = run_ort(_integer_conv(w), {"x": x.astype(np.float32)})[0][0]
+    np.testing.assert_array_equal(got, exact)
+    # within the pair limit nothing clips: the exact integer conv
+    limited = numerics.limit_pairs(w, 1)
+    assert numerics.same_sign_pair_sums(limited, 1).max() <= numerics.U8S8_PAIR_LIMIT
+    got = run(compile_model(_integer_conv(limited), threads=1), {"x": x.astype(np.float32)})[0][0]
+    full = sum(np.einsum("chw,oc->ohw", x[0, :, i:i + 6 - k, j:j + 6 - k].astype(np.int64), limited[:, :, i, j])
+               for i in range(k) for j in range(k))
+    np.testing.assert_array_equal(got, full)
+
+
+def _loud_linear():
+    """x[4, 16] -> MatMul by weights whose input channels 0-3 are large and positive (same-sign pairs at full
+    scale) -> y: with x at its range's top the plugin's int16 pair sums of full int8 weights clip."""
+    rng = np.random.default_rng(12)
+    w = rng.normal(0, 0.1, (16, 8)).astype(np.float32)
+    w[:4] = 1.0
+    g = Graph()
+    g.node("MatMul", [g.input("x", [4, 16]), g.const(w, "w")], name="fc", out="y")
+    return g.model("y")
+
+
+@pytest.mark.openvino
+def test_pair_limited_weights_compute_on_the_plugin_what_their_graph_says():
+    pytest.importorskip("openvino")
+    from float_graphs import run_ort
+
+    from qnnx.targets.openvino.cpu import pairs_saturate
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    rng = np.random.default_rng(13)
+    calib = [rng.uniform(0, 1, (4, 16)).astype(np.float32) for _ in range(6)] + [np.ones((4, 16), np.float32)]
+    x = {"x": np.ones((4, 16), np.float32)}  # every input at the top of its range: uint8 255
+    errors = {}
+    for bits in ("pairs", 8):
+        qm = qnnx.quantize(_loud_linear(), calib, QuantConfig(progress=False, target="openvino", weight_bits=bits,
+                                                              accuracy_guard=False))
+        graph_says = run_ort(qm.qdq, x, optimize=False)[0]  # the QDQ graph's own float arithmetic
+        got = run(compile_model(qm.export(), threads=1, precision="f32"), x)[0]
+        errors[bits] = float(np.abs(got - graph_says).max() / np.abs(graph_says).max())
+        assert not qm.report.record("openvino").saturating if bits == "pairs" else True
+    assert errors["pairs"] < 1e-5
+    if pairs_saturate():  # the counterpart: full int8 weights clip on this CPU's kernels
+        assert errors[8] > 0.05
