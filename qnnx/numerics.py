@@ -444,6 +444,9 @@ def simulated_dequantize(x, scale, zero_point=0, *, axis: int = -1, block_size: 
 # clip. A pair whose magnitudes sum to at most 32767 // 255 = 128 cannot: 8-bit weights with that limit are
 # exact on these kernels and nearly as fine as unlimited ones (7-bit weights, [-64, 64], are the blunt form).
 U8S8_PAIR_LIMIT = 32767 // 255
+# A pair scale this much above the exact bound: float32's relative rounding (2**-24) of the scale and of each
+# quotient cannot then push two rounded weights of a pair at the bound one step over it.
+PAIR_SCALE_MARGIN = 2.0 ** -20
 
 
 def u8s8_pair_dot(x, w) -> np.ndarray:
@@ -476,39 +479,22 @@ def same_sign_pair_sums(w, reduction_axis: int) -> np.ndarray:
 def pair_limited_scale(w, axis: int | None, reduction_axis: int, qmax: int = 127) -> np.ndarray:
     """Symmetric scale(s) of weights ``w``, one per index of ``axis`` (None: one for the tensor), at which
     their integers stay within ``qmax`` and every same-sign pair along ``reduction_axis`` within
-    :data:`U8S8_PAIR_LIMIT`: ``max(max |w| / qmax, max pair sum / limit)`` (float32; 0 for all-zero weights,
-    which any positive scale represents)."""
+    :data:`U8S8_PAIR_LIMIT`: ``max(max |w| / qmax, max pair sum / limit)``, the pair term raised by
+    :data:`PAIR_SCALE_MARGIN` so that no float32 rounding of the scale or of ``w / scale`` puts a pair a step
+    over the limit (float32; 0 for all-zero weights, which any positive scale represents)."""
     w = np.asarray(w, np.float64)
+    if axis is not None and normalize_axis(axis, w.ndim) == normalize_axis(reduction_axis, w.ndim):
+        raise QnnxError(f"the per-channel axis {axis} of the weights is their input-channel axis: no pairs per channel")
     absmax, pair = np.abs(w), same_sign_pair_sums(w, reduction_axis)
     if axis is None:
         big, sums = absmax.max(initial=0.0), pair.max(initial=0.0)
     else:
         axis = normalize_axis(axis, w.ndim)
         r = normalize_axis(reduction_axis, w.ndim)
-        pair_axis = 0 if axis == r else (axis + 1 if axis < r else axis)  # where ``axis`` went in ``pair``
+        pair_axis = axis + 1 if axis < r else axis  # where ``axis`` went in ``pair`` (its axis r moved first)
         big = np.moveaxis(absmax, axis, 0).reshape(w.shape[axis], -1).max(axis=1, initial=0.0)
         sums = np.moveaxis(pair, pair_axis, 0).reshape(w.shape[axis], -1).max(axis=1, initial=0.0)
-    return np.maximum(big / qmax, sums / U8S8_PAIR_LIMIT).astype(np.float32)
-
-
-def pair_bounds(partner, qmin: int = -128, qmax: int = 127) -> tuple[np.ndarray, np.ndarray]:
-    """The lowest and highest integer a weight may take beside ``partner``, the other member of its pair,
-    so that a same-sign pair stays within :data:`U8S8_PAIR_LIMIT`."""
-    p = np.asarray(partner, np.int64)
-    lo = np.where(p < 0, np.maximum(qmin, -U8S8_PAIR_LIMIT - p), qmin)
-    hi = np.where(p > 0, np.minimum(qmax, U8S8_PAIR_LIMIT - p), qmax)
-    return lo, hi
-
-
-def limit_pairs(q, reduction_axis: int) -> np.ndarray:
-    """``q`` with the odd member of each same-sign pair beyond :data:`U8S8_PAIR_LIMIT` moved toward zero until
-    the pair is within it (a float edge of a rounding a step over; the even member is kept)."""
-    q = np.array(q, copy=True)
-    m = np.moveaxis(q, reduction_axis, 0)  # a view: writes reach ``q``
-    k = m.shape[0] // 2 * 2
-    lo, hi = pair_bounds(m[0:k:2])
-    m[1:k:2] = np.clip(m[1:k:2], lo, hi)
-    return q
+    return np.maximum(big / qmax, sums / U8S8_PAIR_LIMIT * (1 + PAIR_SCALE_MARGIN)).astype(np.float32)
 
 
 # --------------------------------------------------------------------------- binary ops

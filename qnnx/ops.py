@@ -363,7 +363,8 @@ def bias_input(op) -> int | None:
 def reduction_axis(node, input_index: int, ndim: int) -> int | None:
     """The axis of a contraction's operand ``input_index`` (of rank ``ndim``) that its sums run over (the
     input channels of a weight): Conv 1, ConvTranspose 0 (weights are C_in x C_out/group x k), MatMul
-    and Gemm by their operand's role and transposition; None for any other op or input."""
+    and Gemm by their operand's role and transposition; None for any other op, input or rank (a rank-1
+    MatMul operand has no channel axis to pair)."""
     if node.domain not in STANDARD_DOMAINS:
         return None
     at = node.attributes if node.attributes else {}

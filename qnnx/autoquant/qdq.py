@@ -224,12 +224,6 @@ class AffineRewriter:
             return None
         return ops.reduction_axis(anchor, idx[0], w.ndim)
 
-    def on_grid(self, q: np.ndarray, anchor: ir.Node, idx: list[int]) -> np.ndarray:
-        """Integer weights ``q`` of ``anchor``'s inputs ``idx`` kept on the weight grid: with int16 pairs, a
-        pair a float rounding put a step beyond the limit is brought back (numerics.limit_pairs)."""
-        axis = self._pair_axis(anchor, idx, q)
-        return q if axis is None else numerics.limit_pairs(q, axis).astype(q.dtype)
-
     # the walk
     def _activation(self, name: str, readers: set[str] | None):
         if name not in self.handles:
@@ -292,7 +286,6 @@ class QDQRewriter(AffineRewriter):
         if bias is not None and x is not None:
             qp = _fit_bias(qp, bias, x.scale)
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
-        q = self.on_grid(q, anchor, idx)
         for i in idx:
             quantized_constant(self.graph, anchor, i, q, qp.scale, qp.zero_point, axis, f"in{i}")
         return qp

@@ -93,7 +93,6 @@ class SimulatedRewriter(AffineRewriter):
 
     def weight(self, anchor, idx, w, qp, axis, x, bias):
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
-        q = self.on_grid(q, anchor, idx)
         scale = np.asarray(qp.scale, np.float32)
         need = None
         if bias is not None and x is not None:

@@ -14,7 +14,7 @@ import pytest
 from float_graphs import Graph, conv_weight, main_model, run_ort, samples
 
 import qnnx
-from qnnx import QuantConfig
+from qnnx import QuantConfig, numerics
 from qnnx.autoquant.calibration import calibrate_float, calibrate_sequential
 from qnnx.autoquant.plan import activation_qparams, concat_inputs_take_output_qparams, plan, zero_point_zero
 from qnnx.autoquant.prepare import prepare
@@ -153,6 +153,37 @@ def test_weights_of_a_layer_whose_bias_does_not_fit_are_rescaled_at_run_time_lik
     x = samples(1, (1, 3, 6, 6))[0] * 1e-5
     np.testing.assert_array_equal(run_ort(lowered, {"x": x, **qparam_feed(inputs, act)}, optimize=False)[0],
                                   run_ort(qdq, {"x": x}, optimize=False)[0])
+
+
+@pytest.mark.parametrize("standard", [False, True], ids=["dialect", "standard"])
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_pair_limited_weights_at_the_bound_simulate_like_realize(op, standard):
+    # every pair of input channels at the channel's largest pair sum, split into two half steps (j + 1/2 and
+    # 127.5 - j steps): ties at the bound, where a float rounding of the scale tips a pair over it
+    config = QuantConfig(progress=False, target="openvino", weight_bits="pairs")
+    k = 16
+    column = np.float32(0.37) * (1 + np.arange(8, dtype=np.float32))  # each output channel's pair sum
+    j = np.arange(40, 40 + k // 2, dtype=np.float32)[:, None]
+    w = np.empty((k, 8), np.float32)  # (K, N)
+    w[0::2], w[1::2] = (j + 0.5) * column / 128, (127.5 - j) * column / 128
+    g = Graph()
+    b = g.const(RNG.normal(0, .1, 8).astype(np.float32), "b")
+    if op == "MatMul":
+        m = g.node("MatMul", [g.input("x", [2, k]), g.const(w, "w")], name="mm", out="m")
+        g.node("Add", [m, b], name="add", out="y")
+    else:
+        g.node("Gemm", [g.input("x", [2, k]), g.const(w.T.copy(), "w"), b], name="gemm", transB=1, out="y")
+    fm = prepare(g.model("y"))
+    the_plan = plan(fm, config)
+    act = _chosen(fm, the_plan, samples(6, (2, k)), config)
+    qdq = realize_qdq(fm, the_plan, act, config)
+    q = next(n for n in qdq.graph if n.op_type in ("MatMul", "Gemm")).inputs[1].producer().inputs[0].const_value.numpy()
+    assert numerics.same_sign_pair_sums(q, 0 if op == "MatMul" else 1).max() <= numerics.U8S8_PAIR_LIMIT
+    sim, inputs = simulate_model(fm, the_plan, config, standard=standard)
+    lowered = qnnx.lower(sim)
+    for x in samples(3, (2, k), seed=7):
+        np.testing.assert_array_equal(run_ort(lowered, {"x": x, **qparam_feed(inputs, act)}, optimize=False)[0],
+                                      run_ort(qdq, {"x": x}, optimize=False)[0])
 
 
 def _session(model):

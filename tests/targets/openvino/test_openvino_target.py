@@ -343,7 +343,10 @@ def test_the_plugin_sums_adjacent_input_channels_as_numerics_models_it(c_in, k):
         exact = run_ort(_integer_conv(w), {"x": x.astype(np.float32)})[0][0]
     np.testing.assert_array_equal(got, exact)
     # within the pair limit nothing clips: the exact integer conv
-    limited = numerics.limit_pairs(w, 1)
+    limited = np.array(w)  # each same-sign pair's odd member cut to what the limit leaves (pairs at 128 remain)
+    even, odd = w[:, 0:w.shape[1] // 2 * 2:2], w[:, 1::2]
+    room = numerics.U8S8_PAIR_LIMIT - np.abs(even)
+    limited[:, 1::2] = np.where(even * odd > 0, np.sign(odd) * np.minimum(np.abs(odd), room), odd)
     assert numerics.same_sign_pair_sums(limited, 1).max() <= numerics.U8S8_PAIR_LIMIT
     got = run(compile_model(_integer_conv(limited), threads=1), {"x": x.astype(np.float32)})[0][0]
     full = sum(np.einsum("chw,oc->ohw", x[0, :, i:i + 6 - k, j:j + 6 - k].astype(np.int64), limited[:, :, i, j])
@@ -384,3 +387,42 @@ def test_pair_limited_weights_compute_on_the_plugin_what_their_graph_says():
     assert errors["pairs"] < 1e-5
     if pairs_saturate():  # the counterpart: full int8 weights clip on this CPU's kernels
         assert errors[8] > 0.05
+
+
+def _integer_linear(w: np.ndarray, op: str):
+    """x (uint8 integers, scale 1) @ int8 weights ``w`` (K, N; scale 1) as a MatMul or a Gemm with transB."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = w.shape
+    stored = w if op == "MatMul" else w.T
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+             helper.make_node(op, ["xd", "wd"], ["y"], **({"transB": 1} if op == "Gemm" else {}))]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "zp"),
+             numpy_helper.from_array(np.ascontiguousarray(stored).astype(np.int8), "w"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "ws")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.openvino
+@pytest.mark.parametrize("op,k", [("MatMul", 16), ("MatMul", 33), ("Gemm", 7), ("Gemm", 64)])
+def test_the_plugin_pairs_adjacent_input_channels_of_matmuls_as_numerics_models_it(op, k):
+    pytest.importorskip("openvino")
+    from qnnx import numerics
+    from qnnx.targets.openvino.cpu import pairs_saturate
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    rng = np.random.default_rng(k)
+    w = rng.integers(-127, 128, (k, 5))
+    w[rng.integers(0, k, 6)] = 127  # rows at full scale: same-sign neighbours whose int16 pair sum clips
+    x = rng.integers(0, 256, (3, k))
+    x[0] = 255
+    got = run(compile_model(_integer_linear(w, op), threads=1), {"x": x.astype(np.float32)})[0]
+    want = numerics.u8s8_pair_dot(x, w) if pairs_saturate() else x @ w
+    np.testing.assert_array_equal(got, want)
+    if pairs_saturate():
+        assert not np.array_equal(want, x @ w)  # the case clips: the pairing is what the equality checks
