@@ -419,7 +419,8 @@ def quantize(
         check_creatable(Path(report_dir), report_dir)
     config = QuantConfig(
         activation_dtype=activation_dtype.value, activation_symmetric=symmetric, per_channel=per_channel,
-        weight_bits=int(weight_bits) if weight_bits in ("7", "8") else weight_bits, exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
+        weight_bits=int(weight_bits) if weight_bits in ("7", "8") else weight_bits,
+        exclude_nodes=tuple(exclude_node or ()), exclude_op_types=tuple(exclude_op or ()),
         allow_float=allow_float, target=target.value, progress=not quiet,
         ranges=RangeOptions(method=method.value, percentile=percentile,
                             consumer_functions=_consumer_functions(consumer_function),

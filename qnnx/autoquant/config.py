@@ -251,8 +251,6 @@ class QuantConfig:
         _choice("activation_dtype", self.activation_dtype, ACTIVATION_DTYPES)
         _choice("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
         _choice("weight_bits", self.weight_bits, WEIGHT_BITS)
-        if self.weight_bits == "pairs" and isinstance(self.target, str):
-            weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
         for name in ("exclude_nodes", "exclude_op_types"):
             object.__setattr__(self, name, _names(name, getattr(self, name)))
         for name in ("activation_symmetric", "per_channel", "allow_float", "progress"):
@@ -260,6 +258,8 @@ class QuantConfig:
                 raise QnnxError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.target, str):
             raise QnnxError(f"target must be a name, got {self.target!r}")
+        if self.weight_bits == "pairs":
+            weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""
