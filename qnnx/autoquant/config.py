@@ -28,7 +28,7 @@ WEIGHT_DTYPES = ("int8",)
 WEIGHT_BITS = (7, 8, "pairs")
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
-WEIGHT_ROUNDINGS = ("nearest", "gptq")
+WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
 SYMMETRIC_ACTIVATIONS = ("off", "auto")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
@@ -139,7 +139,8 @@ class RefinementOptions:
     float model before planning).
 
     ``smoothing_alpha``: SmoothQuant strength for LayerNorm outputs read by MatMuls; None: off.
-    ``weight_rounding``: "gptq" rounds conv weights for the conv's output error; "nearest" alone.
+    ``weight_rounding``: "gptq" rounds conv weights for the conv's output error, the others nearest;
+    "gptq_all" MatMul and Gemm weights too; "nearest" each weight alone.
     ``bias_correction``: "sequential" folds each conv's mean output shift against float into its bias,
     stage by stage; "own" its own rounding error; "off".
     ``sqnr_threshold_db``: patterns whose output SQNR is below this stay float; None: off.

@@ -21,6 +21,14 @@ What remains of the mean output error (``sum e * E[p]`` and the bias's own round
 int32 bias, as in bias_correction.py. The scales are not changed: only which grid point each weight
 takes. Grouped convs other than depthwise, and convs with more than ``MAX_TAPS`` taps per filter, keep
 nearest rounding.
+
+MatMul and Gemm layers with a constant 2-D weight (opt-in, ``weight_rounding="gptq_all"``) are rounded the same way,
+as a 1x1 conv over the rows of their input (one shared ``H``, K x K). A transformer's calibration
+samples give few rows (a sentence is tens of tokens), so their ``H`` comes from every calibration
+sample, not only the refinement samples the convs use, and is kept from a quarter of a row per input
+channel up (GPTQ's damping keeps a thin ``H`` invertible). Gemm biases take the mean correction; a
+MatMul's bias is a separate Add, which keeps its value. On a pair-limited grid (``weight_bits="pairs"``)
+MatMul/Gemm weights keep nearest rounding: a moved weight could put a pair over the limit.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ MOMENT_FLOPS = 1 << 32
 MAX_TAPS = 4096  # taps per filter of an ungrouped conv: H is taps^2 float64, its inverse taps^3
 MIN_PATCHES_PER_TAP = 4  # below this many input patches per tap, H is too thin to fit: nearest rounding
 GPTQ_BLOCK = 128  # columns per lazy update
+MIN_ROWS_PER_TAP = 0.25  # MatMul/Gemm: fewer input rows than this per input channel, nearest rounding
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class RoundingRecord:
     bias_corrected: bool = False
     reason: str = ""
     depthwise: bool = True
+    matmul: bool = False  # a MatMul/Gemm, not a conv
 
     @property
     def gain_db(self) -> float:
@@ -89,6 +99,9 @@ class _Layer:
     p_sum: np.ndarray | None = None  # depthwise (C_in, k*k), ungrouped (taps,): sum of p
     count: int = 0
     thin: bool = False  # too few patches foreseen from the first sample: counted, no moments gathered
+    rows: bool = False  # a MatMul/Gemm: its input's rows (..., K) are the patches of a 1x1 conv
+    transposed: bool = False  # the int8 weights are stored (K, N), the transpose of ``w``
+    fold: bool = True  # the mean output error may go into the int32 bias
 
     @property
     def depthwise(self) -> bool:
@@ -121,6 +134,87 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
         say(f"layer {k + 1}/{len(layers)}")
     say.end()
     return records
+
+
+def round_matmul_weights(float_model: ir.Model, qdq: ir.Model, samples, progress: bool = False,
+                         limits: tuple[int, int] = (-128, 127), pairs=lambda op_type: False) -> list[RoundingRecord]:
+    """Re-round the int8 weights of every MatMul/Gemm of ``qdq`` with a constant 2-D weight in place (and
+    correct a Gemm's int32 bias), from their inputs on ``samples`` (an iterable of feeds, read once),
+    within ``limits``; those whose op type takes a pair-limited grid (``pairs(op_type)``) keep nearest
+    rounding. One record per such layer."""
+    records: list[RoundingRecord] = []
+    layers = []
+    for layer in _matmul_layers(float_model, qdq, records):
+        if pairs(layer.node.op_type):
+            records.append(RoundingRecord(layer.node.name, *layer.w.shape, depthwise=False, matmul=True,
+                                          reason="pair-limited grid: nearest rounding keeps every pair within "
+                                                 "the limit"))
+        else:
+            layers.append(layer)
+    if not layers:
+        return records
+    say = ProgressLine("weight rounding (matmuls)", progress)
+    _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}"))
+    for k, layer in enumerate(layers):
+        c_out, taps = layer.w.shape
+        if layer.h is None or _too_few_patches(layer.count, layer):
+            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=False, matmul=True,
+                                          reason=f"{layer.count} input rows for {taps} input channels: too few "
+                                                 "to rank roundings by"))
+        else:
+            records.append(_round_layer(layer, limits))
+        layer.h = None
+        say(f"layer {k + 1}/{len(layers)}")
+    say.end()
+    return records
+
+
+def _matmul_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> list[_Layer]:
+    """MatMul (constant B, (K, N)) and Gemm (transA 0, constant B) layers of ``qdq`` whose int8 weights
+    can be re-rounded; a record with the reason for each that cannot."""
+    floats = {n.name: n for n in float_model.graph if n.op_type in ("MatMul", "Gemm")}
+    layers = []
+    for node in qdq.graph:
+        if node.op_type not in ("MatMul", "Gemm") or node.name not in floats or node.inputs[0] is None \
+                or len(node.inputs) < 2 or node.inputs[1] is None:
+            continue
+        w_dq = node.inputs[1].producer()
+        w = const_array(floats[node.name].inputs[1])
+        if w_dq is None or w_dq.op_type != "DequantizeLinear" or w is None or w.ndim != 2 \
+                or const_array(w_dq.inputs[0]) is None:
+            continue  # not a layer with a constant quantized weight (a product of two activations)
+        attrs = {k: v.value for k, v in node.attributes.items()}
+        transposed = node.op_type == "MatMul" or not attrs.get("transB", 0)  # stored (K, N)
+        wt = w.T if transposed else w  # (N, K): one row per output channel
+        q = const_array(w_dq.inputs[0])
+        zp = const_array(w_dq.inputs[2]) if len(w_dq.inputs) > 2 and w_dq.inputs[2] is not None else None
+        scale = const_array(w_dq.inputs[1])
+        axis = w_dq.attributes["axis"].value if "axis" in w_dq.attributes else 1
+        why = ""
+        if attrs.get("transA", 0):
+            why = "Gemm with transA"
+        elif wt.shape[1] > MAX_TAPS:
+            why = f"{wt.shape[1]} input channels, above the {MAX_TAPS} the rounding takes"
+        elif q.dtype != np.int8 or q.shape != w.shape:
+            why = "weights are not a constant int8 tensor of the float weights' shape"
+        elif zp is not None and np.any(zp != 0):
+            why = "weight zero point is not 0"
+        elif np.size(scale) not in (1, wt.shape[0]) or (np.size(scale) > 1 and axis % 2 != (1 if transposed else 0)):
+            why = "weight scales are not per output channel"
+        elif not _rounds_to(q.T if transposed else q, wt, scale):
+            why = "int8 weights are not the float weights rounded (a fold changed them)"
+        if why:
+            records.append(RoundingRecord(node.name, wt.shape[0], wt.shape[1], reason=why, depthwise=False,
+                                          matmul=True))
+            continue
+        fb = floats[node.name].inputs[2] if node.op_type == "Gemm" and len(floats[node.name].inputs) > 2 else None
+        b = const_array(fb) if fb is not None else None
+        # the mean correction reads output = x @ w.T + b: a Gemm scaling either term keeps its bias
+        unit = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
+        layers.append(_Layer(node, wt.astype(np.float64), None if b is None else np.asarray(b, np.float64).reshape(-1),
+                             w_dq, 0, (1, 1), (0, 0, 0, 0), (1, 1), (1, 1), rows=True, transposed=transposed,
+                             fold=unit))
+    return layers
 
 
 def _conv_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> list[_Layer]:
@@ -183,13 +277,23 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
     # With every sample the same shape, the first one tells each layer's patch count: a layer that will
     # have too few (a stride-32 conv with thousands of taps on a small map) only counts, and its H, the
     # largest kind there is, is never built.
-    fixed = all({n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()}
-                for feed in samples)
+    fixed = isinstance(samples, (list, tuple)) and all(
+        {n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()} for feed in samples)
     for k, feed in enumerate(samples):
         done(k)
         values = dict(zip(names, runtime.run(sess, names, feed)))
+        shared: dict[str, tuple] = {}  # MatMuls reading one input (queries, keys, values) share its moments
         for layer in layers:
             x = values[layer.node.inputs[0].name]
+            if layer.rows:  # (..., K) -> (1, K, rows, 1): the patches of a 1x1 conv are the rows
+                x = x.reshape(-1, x.shape[-1]).T[None, :, :, None]
+                if layer.node.inputs[0].name not in shared:
+                    shared[layer.node.inputs[0].name] = _im2col_moments(x, layer)
+                h, s, n = shared[layer.node.inputs[0].name]
+                layer.h = h if layer.h is None else layer.h + h
+                layer.p_sum = s if layer.p_sum is None else layer.p_sum + s
+                layer.count += n
+                continue
             if k == 0 and fixed:  # from the shape alone: no padded copy of x
                 layer.thin = _too_few_patches(_patch_count(x.shape, layer) * len(samples), layer)
             if layer.thin:
@@ -202,8 +306,9 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
 
 
 def _too_few_patches(count: int, layer: _Layer) -> bool:
-    """Fewer than ``MIN_PATCHES_PER_TAP`` input patches per tap: ``H`` too thin to rank roundings by."""
-    return count < MIN_PATCHES_PER_TAP * layer.w.shape[1]
+    """Fewer than ``MIN_PATCHES_PER_TAP`` input patches per tap (``MIN_ROWS_PER_TAP`` rows for a
+    MatMul/Gemm): ``H`` too thin to rank roundings by."""
+    return count < (MIN_ROWS_PER_TAP if layer.rows else MIN_PATCHES_PER_TAP) * layer.w.shape[1]
 
 
 def _max_positions(layer: _Layer, channels: int) -> int:
@@ -298,12 +403,13 @@ def _round_layer(layer: _Layer, limits: tuple[int, int]) -> RoundingRecord:
     err_nearest, err_chosen = _output_error(nearest, w, scale, h), _output_error(chosen, w, scale, h)
     worse = err_chosen > err_nearest
     chosen[worse], err_chosen[worse] = nearest[worse], err_nearest[worse]
-    q_value.const_value = ir.tensor(chosen.reshape(q_old.shape).astype(np.int8), name=q_value.name)
+    chosen_stored = chosen.T if layer.transposed else chosen.reshape(q_old.shape)
+    q_value.const_value = ir.tensor(chosen_stored.astype(np.int8), name=q_value.name)
     # The mean output error left by the weights, and the bias's own rounding.
-    corrected = bias_dequantize(node) is not None and fold_into_bias(
+    corrected = layer.fold and bias_dequantize(node) is not None and fold_into_bias(
         node, ((w - chosen * scale[:, None]) * mean).sum(axis=1), layer.b)
     return RoundingRecord(node.name, c_out, d, float(err_nearest.mean()), float(err_chosen.mean()), corrected,
-                          depthwise=layer.depthwise)
+                          depthwise=layer.depthwise, matmul=layer.rows)
 
 
 def _per_row(h: np.ndarray) -> np.ndarray:
@@ -381,7 +487,7 @@ def _output_error(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray
 
 @dataclass(frozen=True)
 class WeightRoundingRecord:
-    """One :class:`RoundingRecord` per depthwise or ungrouped conv."""
+    """One :class:`RoundingRecord` per depthwise or ungrouped conv, and per MatMul/Gemm with a constant weight."""
 
     layers: list[RoundingRecord]
 
@@ -390,23 +496,28 @@ class WeightRoundingRecord:
         if not rounded:
             return []
         gains, left = [r.gain_db for r in rounded], len(self.layers) - len(rounded)
-        depthwise = sum(r.depthwise for r in rounded)
-        return [f"weights: {len(rounded)} conv(s) ({depthwise} depthwise) rounded for their output error, "
+        depthwise, matmuls = sum(r.depthwise for r in rounded), sum(r.matmul for r in rounded)
+        what = f"{len(rounded) - matmuls} conv(s) ({depthwise} depthwise)" + (f" and {matmuls} matmul(s)" if matmuls else "")
+        return [f"weights: {what} rounded for their output error, "
                 f"weight-induced output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
                 + (f"; {left} left at nearest rounding" if left else "")]
 
 
 class WeightRounding(Refinement):
-    """``config.refinements.weight_rounding == "gptq"``: conv weights rounded for the conv's output error."""
+    """``config.refinements.weight_rounding``: "gptq" rounds conv weights for the conv's output error,
+    "gptq_all" MatMul and Gemm weights too."""
 
     name = "weight_rounding"
     edits_qdq = True
 
     def enabled(self, config) -> bool:
-        return config.refinements.weight_rounding == "gptq"
+        return config.refinements.weight_rounding in ("gptq", "gptq_all")
 
     def apply(self, state):
+        grid = weight_grid(state.config.target, state.config.weight_bits)
         records = round_conv_weights(state.float_model, state.qdq, list(state.samples),
-                                     progress=state.config.progress,
-                                     limits=weight_grid(state.config.target, state.config.weight_bits).range("Conv"))
+                                     progress=state.config.progress, limits=grid.range("Conv"))
+        if state.config.refinements.weight_rounding == "gptq_all":
+            records += round_matmul_weights(state.float_model, state.qdq, state.data, progress=state.config.progress,
+                                            limits=grid.range("MatMul"), pairs=grid.pairs)
         return state, WeightRoundingRecord(records)

@@ -297,7 +297,7 @@ def test_a_depthwise_conv_with_a_weight_zero_point_is_left_with_its_reason():
 
 
 def test_weight_rounding_is_validated():
-    with pytest.raises(QnnxError, match="weight_rounding must be one of nearest, gptq"):
+    with pytest.raises(QnnxError, match="weight_rounding must be one of nearest, gptq, gptq_all"):
         QuantConfig(weight_rounding="adaround")
 
 
@@ -320,3 +320,121 @@ def test_progress_lines_for_the_rounding_and_the_correction(capsys):
     qnnx.quantize(_depthwise_model(rng), _inputs(rng, 2), QuantConfig(progress=True, speed_fallback="off"))
     err = capsys.readouterr().err
     assert "weight rounding: layer 2/2" in err and "bias correction: stage 2/2" in err
+
+
+# --------------------------------------------------------------------------- MatMul and Gemm layers
+
+
+def _token_inputs(rng, n, rows=24, k=16):
+    """Sequences whose channels are strongly correlated (a few latent factors plus noise, as a transformer's
+    hidden states are): rounding errors of correlated input channels can cancel. One mix for every call:
+    calibration and held-out sequences come from the same distribution."""
+    mix = np.random.default_rng(0).standard_normal((3, k))
+    return [(rng.standard_normal((1, rows, 3)) @ mix + 0.2 * rng.standard_normal((1, rows, k))).astype(np.float32)
+            for _ in range(n)]
+
+
+def _linear_model(rng, k=16, n=12):
+    """MatMul (K, N) -> Add bias, then Gemm with transB (N', K) and a bias, then Gemm without transB."""
+    g = Graph()
+    x = g.input("x", [1, "t", k])
+    w1 = (rng.standard_normal((k, n)) * 0.3).astype(np.float32)
+    h = g.node("Add", [g.node("MatMul", [x, g.const(w1, "w_mm")], name="mm"),
+                       g.const(np.full(n, 0.1, np.float32), "b_mm")], name="mm_bias")
+    flat = g.node("Reshape", [h, g.const(np.array([-1, n], np.int64))])
+    w2 = (rng.standard_normal((10, n)) * 0.3).astype(np.float32)
+    y2 = g.node("Gemm", [flat, g.const(w2, "w_gemm_t"), g.const(np.full(10, -0.2, np.float32), "b_gemm_t")],
+                name="gemm_t", transB=1)
+    w3 = (rng.standard_normal((10, 6)) * 0.3).astype(np.float32)
+    g.node("Gemm", [y2, g.const(w3, "w_gemm"), g.const(np.zeros(6, np.float32) + 0.05, "b_gemm")], name="gemm",
+           out="y")
+    return g.model("y")
+
+
+def _int8_weights(qm, name):
+    dq = next(n for n in qm.qdq.graph if n.name == name).inputs[1].producer()
+    return const_array(dq.inputs[0]), const_array(dq.inputs[1])
+
+
+def test_gptq_rounds_matmul_and_gemm_weights_for_their_output_error_on_held_out_inputs():
+    rng = np.random.default_rng(11)
+    model = _linear_model(rng)
+    calib, held_out = _token_inputs(rng, 16), _token_inputs(rng, 16)
+    options = dict(progress=False, speed_fallback="off", bias_correction="off")
+    convs = qnnx.quantize(model, calib, QuantConfig(weight_rounding="gptq", **options))
+    near = qnnx.quantize(model, calib, QuantConfig(weight_rounding="nearest", **options))
+    gptq = qnnx.quantize(model, calib, QuantConfig(weight_rounding="gptq_all", **options))
+    for name in ("mm", "gemm_t", "gemm"):  # "gptq" (the default) leaves MatMul/Gemm weights at nearest rounding
+        np.testing.assert_array_equal(_int8_weights(convs, name)[0], _int8_weights(near, name)[0])
+    assert not convs.report.record("weight_rounding").layers
+
+    def mse(qm):
+        return np.mean([(run_ort(model, {"x": x})[0] - run_ort(qm.qdq, {"x": x})[0]) ** 2 for x in held_out])
+
+    assert mse(gptq) < 0.8 * mse(near)
+    records = {r.node: r for r in gptq.report.record("weight_rounding").layers}
+    assert set(records) == {"mm", "gemm_t", "gemm"}
+    assert all(r.matmul and not r.depthwise and not r.reason and r.gain_db > 0 for r in records.values())
+    assert (records["mm"].channels, records["mm"].taps) == (12, 16)  # (N, K): one row per output channel
+    assert (records["gemm_t"].channels, records["gemm_t"].taps) == (10, 12)
+    assert (records["gemm"].channels, records["gemm"].taps) == (6, 10)
+    # Gemm biases take the mean correction; a MatMul's bias is a separate Add and keeps its value
+    assert records["gemm_t"].bias_corrected and not records["mm"].bias_corrected
+    assert "0 conv(s) (0 depthwise) and 3 matmul(s) rounded for their output error" in gptq.report.summary()
+    for name in ("mm", "gemm_t", "gemm"):  # the same scales and layout, weights moved by a few steps
+        (q_near, s_near), (q_gptq, s_gptq) = _int8_weights(near, name), _int8_weights(gptq, name)
+        np.testing.assert_array_equal(s_near, s_gptq)
+        assert q_near.shape == q_gptq.shape and not np.array_equal(q_near, q_gptq)
+        assert np.abs(q_near.astype(int) - q_gptq).max() <= 3
+
+
+def test_matmul_moments_come_from_every_calibration_sample_read_once():
+    """The convs' moments come from the refinement samples; a MatMul's from the whole calibration stream,
+    which a one-shot iterator gives once."""
+    rng = np.random.default_rng(12)
+    model = _linear_model(rng)
+    calib = _token_inputs(rng, 12, rows=5)
+    near = qnnx.quantize(model, calib, QuantConfig(progress=False, weight_rounding="nearest", bias_correction="off"))
+    fm = ir.from_proto(model)
+    layers = wr._matmul_layers(fm, near.qdq, [])
+    wr._gather_statistics(near.qdq, layers, iter([{"x": x} for x in calib]))
+    assert [layer.count for layer in layers] == [60, 60, 60]  # 12 samples x 5 rows, not the first 8
+    x = np.concatenate([x.reshape(-1, 16) for x in calib]).astype(np.float64)  # the MatMul's rows, before uint8
+    np.testing.assert_allclose(layers[0].h, x.T @ x, rtol=0.02, atol=0.5)
+    records = wr.round_matmul_weights(fm, near.qdq, iter([{"x": x} for x in calib]))
+    assert [r.node for r in records if not r.reason] == ["mm", "gemm_t", "gemm"]
+
+
+def test_matmuls_with_too_few_rows_or_on_a_pair_limited_grid_keep_nearest_rounding_with_their_reason(monkeypatch):
+    rng = np.random.default_rng(13)
+    model = _linear_model(rng)
+    calib = _token_inputs(rng, 2, rows=1)  # 2 rows for 16 input channels: below a quarter of a row each
+    qm = qnnx.quantize(model, calib, QuantConfig(progress=False, weight_rounding="gptq_all", bias_correction="off"))
+    near = qnnx.quantize(model, calib, QuantConfig(progress=False, weight_rounding="nearest", bias_correction="off"))
+    records = {r.node: r for r in qm.report.record("weight_rounding").layers}
+    assert records["mm"].reason == "2 input rows for 16 input channels: too few to rank roundings by"
+    np.testing.assert_array_equal(_int8_weights(qm, "mm")[0], _int8_weights(near, "mm")[0])
+    # weight_bits "pairs" (OpenVINO): MatMul/Gemm weights keep the nearest rounding the pair limit was set for
+    calib = _token_inputs(rng, 8)
+    options = dict(progress=False, speed_fallback="off", bias_correction="off", target="openvino", weight_bits="pairs")
+    pairs = qnnx.quantize(model, calib, QuantConfig(weight_rounding="gptq_all", **options))
+    pairs_near = qnnx.quantize(model, calib, QuantConfig(weight_rounding="nearest", **options))
+    records = {r.node: r for r in pairs.report.record("weight_rounding").layers}
+    assert {r.reason for r in records.values()} == {
+        "pair-limited grid: nearest rounding keeps every pair within the limit"}
+    for name in ("mm", "gemm_t", "gemm"):
+        np.testing.assert_array_equal(_int8_weights(pairs, name)[0], _int8_weights(pairs_near, name)[0])
+
+
+def test_matmul_weights_not_the_float_ones_rounded_are_left_with_their_reason():
+    rng = np.random.default_rng(14)
+    model = _linear_model(rng)
+    calib = _token_inputs(rng, 4)
+    qm = qnnx.quantize(model, calib, QuantConfig(progress=False, weight_rounding="nearest", bias_correction="off"))
+    w_dq = next(n for n in qm.qdq.graph if n.name == "mm").inputs[1].producer()
+    flipped = -const_array(w_dq.inputs[0])
+    w_dq.inputs[0].const_value = ir.tensor(flipped, name=w_dq.inputs[0].name)
+    records = {r.node: r for r in wr.round_matmul_weights(ir.from_proto(model), qm.qdq, [{"x": x} for x in calib])}
+    assert records["mm"].reason == "int8 weights are not the float weights rounded (a fold changed them)"
+    np.testing.assert_array_equal(const_array(w_dq.inputs[0]), flipped)
+    assert not records["gemm_t"].reason
