@@ -33,6 +33,8 @@ Facts, each a field of :class:`OpFacts` (``False`` / ``None`` / ``()`` when not 
     function         the elementwise nonlinearity an op computes (:class:`ElementwiseFunction`):
                      the integer form is a lookup table of it
     normalization    divides by a statistic over many channels (LayerNorm, Group/InstanceNorm...)
+    statistic        reduces its first input to a sum, mean or norm over axes (ReduceSum, ReduceMean...):
+                     the statistics a normalization written out in elementary ops divides by
     bias_input       the index of a bias added to a contraction's accumulator
     fragile_inputs   inputs near a value where the op's slope is unbounded (a denominator, the
                      argument of sqrt / log / reciprocal near 0, a power's base): a small rounding
@@ -112,6 +114,7 @@ class OpFacts:
     channelwise: bool = False
     function: ElementwiseFunction | None = None
     normalization: bool = False
+    statistic: bool = False
     bias_input: int | None = None
     fragile_inputs: tuple[int, ...] = ()
 
@@ -251,6 +254,11 @@ _ROWS = [
     OpFacts("Sqrt", fragile_inputs=(0,), **_ARITHMETIC),
     OpFacts("Reciprocal", fragile_inputs=(0,), **_ARITHMETIC),
     OpFacts("Log", fragile_inputs=(0,), **_ARITHMETIC),
+    # ---- reductions
+    OpFacts("ReduceSum", statistic=True),
+    OpFacts("ReduceMean", statistic=True),
+    OpFacts("ReduceSumSquare", statistic=True),
+    OpFacts("ReduceL2", statistic=True),
     # per-channel a * x + b: channel-wise, but its C-sized parameters are no broadcast scalars
     OpFacts("BatchNormalization", channelwise=True),
     # ---- quantization (per-tensor or per-axis affine maps of each value)
@@ -350,6 +358,10 @@ def channelwise(op) -> bool:
 
 def normalization(op) -> bool:
     return _holds(op, "normalization")
+
+
+def statistic(op) -> bool:
+    return _holds(op, "statistic")
 
 
 def elementwise_function(op) -> ElementwiseFunction | None:

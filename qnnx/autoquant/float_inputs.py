@@ -1,6 +1,6 @@
 """Values that must reach their reader in float: a planning rule applied after pattern matching.
 
-Two kinds of readers:
+Three kinds of readers:
 
 - **normalizations** (LayerNorm, Group/InstanceNorm, RMSNorm): their input stays float, and so do the
   elementwise patterns feeding it, back through the chain
@@ -18,6 +18,12 @@ Two kinds of readers:
   float when it is computed, not constant, so quantization can never round it onto the singular
   point (``Log(x * x + 1e-10)``: a quantized ``x * x + 1e-10`` is 0 for small x, and log(0) = -inf).
   Only the pattern producing the value changes; its inputs stay quantized.
+- **normalizations written out** (a fragile input computed from a statistic, ``ops.statistic``:
+  ``x / sqrt(E[x^2] - E[x]^2 + eps)`` as TensorFlow/JAX exporters write LayerNorm, a softmax's sum):
+  the cascade of a normalization, through the float ops between the patterns and into what the
+  statistic summarizes. A variance from two uint8 terms cancels most of their digits, and one from
+  quantized inputs whose spread is small next to their step is mostly rounding noise: ``1 / sqrt``
+  of it then scales every channel of a position by a wrong factor.
 
 How. From each such input, walk back to the pattern producing the value through ops that only
 rearrange values. An elementwise pattern (Add/Mul/Concat/tables...) producing it is dropped whole
@@ -43,14 +49,43 @@ def _pow_is_fragile(node: ir.Node) -> bool:
     return e is None or not (np.all(e >= 0) and np.all(e == np.round(e)))
 
 
-def _sites(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node, bool]]:
-    """(value, the node reading it, whether the rule cascades upstream) of every input that must be float."""
+NORMALIZATION, WRITTEN_OUT, FRAGILE = "normalization", "written out", "fragile"
+_WHY = {
+    NORMALIZATION: "(a normalization scales up the rounding noise of small channels under an outlier-set "
+                   "per-tensor scale)",
+    WRITTEN_OUT: "(a normalization written out: its statistic is a difference or sum of terms whose rounding "
+                 "errors the fragile op scales up)",
+    FRAGILE: "(quantized, a value near 0 there could round onto the singular point)",
+}
+STATISTIC_DEPTH = 12  # ops walked up from a fragile input looking for the statistic it is computed from
+
+
+def _from_statistic(v: ir.Value, statistic: ir.Node | None = None) -> bool:
+    """Whether ``v`` is computed from a statistic (a sum or mean over axes; ``statistic`` when given)
+    through elementwise and data-movement ops only: the denominator of a normalization written out,
+    ``sqrt(E[x^2] - E[x]^2 + eps)``, or its mean."""
+    todo, seen = [(v, 0)], set()
+    while todo:
+        v, depth = todo.pop()
+        p = v.producer()
+        if p is None or p in seen or depth > STATISTIC_DEPTH:
+            continue
+        seen.add(p)
+        if ops.statistic(p) and (statistic is None or p is statistic):
+            return True
+        if ops.elementwise(p) or ops.moves_data(p):
+            todo += [(x, depth + 1) for x in (ops.data_inputs(p) if ops.moves_data(p) else p.inputs) if x is not None]
+    return False
+
+
+def _sites(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node, str]]:
+    """(value, the node reading it, which kind of rule) of every input that must be float."""
     out = []
     for node in graph:
         if node.domain not in ("", "ai.onnx"):
             continue
         if ops.normalization(node) and node.inputs and node.inputs[0] is not None:
-            out.append((node.inputs[0], node, True))
+            out.append((node.inputs[0], node, NORMALIZATION))
         for i in ops.fragile_inputs(node):
             v = node.inputs[i] if i < len(node.inputs) else None
             if v is None or v.const_value is not None or (v.producer() is not None
@@ -58,8 +93,15 @@ def _sites(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node, bool]]:
                 continue
             if node.op_type == "Pow" and not _pow_is_fragile(node):
                 continue
-            out.append((v, node, False))
+            out.append((v, node, WRITTEN_OUT if _from_statistic(v) else FRAGILE))
     return out
+
+
+def _computed_inputs(node: ir.Node) -> list[ir.Value]:
+    """The inputs of a float elementwise or data-movement op that are computed, not constants."""
+    inputs = ops.data_inputs(node) if ops.moves_data(node) else node.inputs
+    return [x for x in inputs if x is not None and x.const_value is None
+            and (x.producer() is None or x.producer().op_type != "Constant")]
 
 
 def keep_inputs_float(graph: ir.Graph, matches: list[PatternMatch], decisions: list[Decision]) -> list[PatternMatch]:
@@ -68,12 +110,13 @@ def keep_inputs_float(graph: ir.Graph, matches: list[PatternMatch], decisions: l
     for i, m in enumerate(matches):
         for t in m.outputs:
             by_output[t.value] = i
+    by_node = {n: i for i, m in enumerate(matches) for n in m.nodes}
     dropped: dict[int, str] = {}
     float_output: dict[int, str] = {}
     work = _sites(graph)
     seen: set[ir.Value] = set()
     while work:
-        v, reader, cascade = work.pop()
+        v, reader, kind = work.pop()
         # through ops that only rearrange values (the value is the same numbers)
         while v is not None and v not in by_output and (p := v.producer()) is not None \
                 and ops.permutes_values(p):
@@ -82,19 +125,32 @@ def keep_inputs_float(graph: ir.Graph, matches: list[PatternMatch], decisions: l
             continue
         seen.add(v)
         i = by_output.get(v)
+        if i is None and kind == WRITTEN_OUT and (p := v.producer()) is not None:
+            # a normalization written out goes on through the float ops between its patterns (a
+            # Max(variance, 0) clamp, an Expand), and what its statistic summarizes is its input
+            if ops.statistic(p) and p.inputs and p.inputs[0] is not None:
+                work.append((p.inputs[0], reader, WRITTEN_OUT))
+                # the centring x - mean reads the statistic's input beside the statistic: float too
+                for r, _ in p.inputs[0].uses():
+                    k = by_node.get(r)
+                    if k is not None and k not in dropped and r is not p and any(
+                            x is not None and x is not p.inputs[0] and _from_statistic(x, p) for x in r.inputs):
+                        dropped[k] = (f"reads {p.op_type} {p.name!r} of a normalization written out beside its "
+                                      f"input: kept float {_WHY[WRITTEN_OUT]}")
+            elif ops.elementwise(p) or ops.moves_data(p):
+                work += [(x, reader, WRITTEN_OUT) for x in _computed_inputs(p)]
+            continue
         if i is None or i in dropped:
             continue
         m = matches[i]
-        why = (f"feeds {reader.op_type} {reader.name!r}" if cascade else
-               f"feeds a numerically fragile input of {reader.op_type} {reader.name!r}")
+        why = (f"feeds a numerically fragile input of {reader.op_type} {reader.name!r}" if kind != NORMALIZATION
+               else f"feeds {reader.op_type} {reader.name!r}")
         if pattern_named(m.pattern).contraction:  # an int32 accumulator: its output can be float for free
             float_output[i] = why
             continue
-        dropped[i] = why + ": kept float " + (
-            "(a normalization scales up the rounding noise of small channels under an outlier-set per-tensor "
-            "scale)" if cascade else "(quantized, a value near 0 there could round onto the singular point)")
-        if cascade:
-            work += [(t.value, reader, True) for t in m.inputs if t.role == "activation"]
+        dropped[i] = f"{why}: kept float {_WHY[kind]}"
+        if kind != FRAGILE:
+            work += [(t.value, reader, kind) for t in m.inputs if t.role == "activation"]
     out = []
     by_anchor = {d.node: d for d in decisions}
     for i, m in enumerate(matches):
