@@ -151,6 +151,30 @@ def test_small_facts():
     assert {op: ops.fragile_inputs(op) for op in ops_with(lambda f: f.fragile_inputs)} == {
         "Div": (1,), "Pow": (0,), "Sqrt": (0,), "Reciprocal": (0,), "Log": (0,)}
     assert ops.facts("Concat").data_inputs == "all"
+    assert set(ops_with(lambda f: f.statistic)) == {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL2"}
+
+
+@pytest.mark.parametrize("op_type", ops.op_types(lambda f: f.statistic))
+def test_statistics_summarize_their_first_input_over_axes(op_type):
+    """A statistic's output over the reduced axis is one number computed from every value of its first input
+    there (a sum, mean or norm): changing any one of them changes it."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    node = onnx.helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=1)
+    graph = onnx.helper.make_graph(
+        [node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 5])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes")])
+    run = ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)]))
+    x = np.arange(1, 11, dtype=np.float32).reshape(2, 5)
+    (y,) = run.run(None, {"x": x})
+    assert y.shape == (2, 1)
+    for j in range(5):
+        bumped = x.copy()
+        bumped[0, j] += 1
+        (z,) = run.run(None, {"x": bumped})
+        assert z[0, 0] != y[0, 0] and z[1, 0] == y[1, 0]
 
 
 def test_elementwise_functions():
