@@ -133,8 +133,8 @@ def keep_inputs_float(graph: ir.Graph, matches: list[PatternMatch], decisions: l
                 # the centring x - mean reads the statistic's input beside the statistic: float too
                 for r, _ in p.inputs[0].uses():
                     k = by_node.get(r)
-                    if k is not None and k not in dropped and r is not p and any(
-                            x is not None and x is not p.inputs[0] and _from_statistic(x, p) for x in r.inputs):
+                    if k is not None and k not in dropped and not pattern_named(matches[k].pattern).contraction \
+                            and any(x is not None and x is not p.inputs[0] and _from_statistic(x, p) for x in r.inputs):
                         dropped[k] = (f"reads {p.op_type} {p.name!r} of a normalization written out beside its "
                                       f"input: kept float {_WHY[WRITTEN_OUT]}")
             elif ops.elementwise(p) or ops.moves_data(p):
