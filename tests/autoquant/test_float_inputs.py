@@ -109,7 +109,8 @@ def test_a_normalization_written_out_keeps_its_statistics_and_their_input_float(
     for x in held_out:
         want, got = run_ort(model, {"x": x})[0], run_ort(qm.qdq, {"x": x})[0]
         # quantized terms of the variance (E[x^2] and E[x]^2 on uint8 grids near 17) leave it mostly
-        # rounding noise: with them quantized (the rule before) the error's rms was 0.15-0.19 of the output's here, 0.01-0.06 now
+        # rounding noise: with them quantized (the rule before) the error's rms was 0.15-0.19 of the output's
+        # here, 0.01-0.06 now
         assert np.sqrt(np.mean((got - want) ** 2)) < 0.1 * np.sqrt(np.mean(want ** 2))
 
 

@@ -22,8 +22,8 @@ int32 bias, as in bias_correction.py. The scales are not changed: only which gri
 takes. Grouped convs other than depthwise, and convs with more than ``MAX_TAPS`` taps per filter, keep
 nearest rounding.
 
-MatMul and Gemm layers with a constant 2-D weight (opt-in, ``weight_rounding="gptq_all"``) are rounded the same way,
-as a 1x1 conv over the rows of their input (one shared ``H``, K x K). A transformer's calibration
+MatMul and Gemm layers with a constant 2-D weight (opt-in, ``weight_rounding="gptq_all"``) are rounded the
+same way, as a 1x1 conv over the rows of their input (one shared ``H``, K x K). A transformer's calibration
 samples give few rows (a sentence is tens of tokens), so their ``H`` comes from every calibration
 sample, not only the refinement samples the convs use, and is kept from a quarter of a row per input
 channel up (GPTQ's damping keeps a thin ``H`` invertible). Gemm biases take the mean correction; a
@@ -278,7 +278,8 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
     # have too few (a stride-32 conv with thousands of taps on a small map) only counts, and its H, the
     # largest kind there is, is never built.
     fixed = isinstance(samples, (list, tuple)) and all(
-        {n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()} for feed in samples)
+        {n: np.shape(a) for n, a in feed.items()} == {n: np.shape(a) for n, a in samples[0].items()}
+        for feed in samples)
     for k, feed in enumerate(samples):
         done(k)
         values = dict(zip(names, runtime.run(sess, names, feed)))
@@ -497,7 +498,8 @@ class WeightRoundingRecord:
             return []
         gains, left = [r.gain_db for r in rounded], len(self.layers) - len(rounded)
         depthwise, matmuls = sum(r.depthwise for r in rounded), sum(r.matmul for r in rounded)
-        what = f"{len(rounded) - matmuls} conv(s) ({depthwise} depthwise)" + (f" and {matmuls} matmul(s)" if matmuls else "")
+        what = f"{len(rounded) - matmuls} conv(s) ({depthwise} depthwise)" + (
+            f" and {matmuls} matmul(s)" if matmuls else "")
         return [f"weights: {what} rounded for their output error, "
                 f"weight-induced output error {min(gains):.1f}-{max(gains):.1f} dB lower than nearest rounding"
                 + (f"; {left} left at nearest rounding" if left else "")]
