@@ -74,8 +74,13 @@ def _from_statistic(v: ir.Value, statistic: ir.Node | None = None) -> bool:
         if ops.statistic(p) and (statistic is None or p is statistic):
             return True
         if ops.elementwise(p) or ops.moves_data(p):
-            todo += [(x, depth + 1) for x in (ops.data_inputs(p) if ops.moves_data(p) else p.inputs) if x is not None]
+            todo += [(x, depth + 1) for x in _operands(p)]
     return False
+
+
+def _operands(node: ir.Node) -> list[ir.Value]:
+    """The inputs whose values an elementwise op computes on, or a data-movement op hands on."""
+    return ops.data_inputs(node) if ops.moves_data(node) else [x for x in node.inputs if x is not None]
 
 
 def _sites(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node, str]]:
@@ -98,9 +103,8 @@ def _sites(graph: ir.Graph) -> list[tuple[ir.Value, ir.Node, str]]:
 
 
 def _computed_inputs(node: ir.Node) -> list[ir.Value]:
-    """The inputs of a float elementwise or data-movement op that are computed, not constants."""
-    inputs = ops.data_inputs(node) if ops.moves_data(node) else node.inputs
-    return [x for x in inputs if x is not None and x.const_value is None
+    """The operands of a float elementwise or data-movement op that are computed, not constants."""
+    return [x for x in _operands(node) if x.const_value is None
             and (x.producer() is None or x.producer().op_type != "Constant")]
 
 

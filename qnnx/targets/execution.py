@@ -88,9 +88,14 @@ def wide_int8_weights(model: ir.Model) -> bool:
         if n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None \
                 and n.inputs[0].dtype == ir.DataType.INT8:
             q = n.inputs[0].const_value.numpy()
-            if q.size and int(np.abs(q.astype(np.int16)).max()) > 64:
+            if _beyond_7_bits(q):
                 return True
     return False
+
+
+def _beyond_7_bits(q: np.ndarray) -> bool:
+    """Whether int8 values ``q`` leave [-64, 64], the 7-bit grid whose every pair a u8 x s8 kernel sums exactly."""
+    return bool(q.size) and int(np.abs(q.astype(np.int16)).max()) > 64
 
 
 def wide_int8_pairs(model: ir.Model) -> bool:
@@ -106,7 +111,7 @@ def wide_int8_pairs(model: ir.Model) -> bool:
             q = dq.inputs[0].const_value.numpy().astype(np.int64)
             axis = ops.reduction_axis(node, i, q.ndim)
             if axis is None:
-                if node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm") and q.size and np.abs(q).max() > 64:
+                if node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm") and _beyond_7_bits(q):
                     return True
             elif numerics.same_sign_pair_sums(q, axis).max(initial=0) > numerics.U8S8_PAIR_LIMIT:
                 return True

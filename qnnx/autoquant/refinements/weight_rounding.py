@@ -119,21 +119,7 @@ def round_conv_weights(float_model: ir.Model, qdq: ir.Model, samples: list[dict]
         return records
     say = ProgressLine("weight rounding", progress)
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}/{len(samples)}"))
-    for k, layer in enumerate(layers):
-        c_out, taps = layer.w.shape
-        if _too_few_patches(layer.count, layer):
-            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
-                                          reason=f"{layer.count} input patches for {taps} taps: too few to rank "
-                                                 "roundings by"))
-        elif layer.h is None:  # foreseen thin from the first sample, but later inputs were larger
-            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
-                                          reason="conv input sizes varied between samples of one shape"))
-        else:
-            records.append(_round_layer(layer, limits))
-        layer.h = None  # each H is freed once its layer is done
-        say(f"layer {k + 1}/{len(layers)}")
-    say.end()
-    return records
+    return records + _round_gathered(layers, limits, say)
 
 
 def round_matmul_weights(float_model: ir.Model, qdq: ir.Model, samples, progress: bool = False,
@@ -155,12 +141,22 @@ def round_matmul_weights(float_model: ir.Model, qdq: ir.Model, samples, progress
         return records
     say = ProgressLine("weight rounding (matmuls)", progress)
     _gather_statistics(qdq, layers, samples, lambda k: say(f"sample {k}"))
+    return records + _round_gathered(layers, limits, say)
+
+
+def _round_gathered(layers: list[_Layer], limits: tuple[int, int], say: ProgressLine) -> list[RoundingRecord]:
+    """Each layer whose moments were gathered rounded (or left, with the reason), its ``H`` freed once done."""
+    records = []
     for k, layer in enumerate(layers):
         c_out, taps = layer.w.shape
-        if layer.h is None or _too_few_patches(layer.count, layer):
-            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=False, matmul=True,
-                                          reason=f"{layer.count} input rows for {taps} input channels: too few "
-                                                 "to rank roundings by"))
+        what = f"{layer.count} input rows for {taps} input channels" if layer.rows else \
+            f"{layer.count} input patches for {taps} taps"
+        if _too_few_patches(layer.count, layer):
+            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise, matmul=layer.rows,
+                                          reason=f"{what}: too few to rank roundings by"))
+        elif layer.h is None:  # foreseen thin from the first sample, but later inputs were larger
+            records.append(RoundingRecord(layer.node.name, c_out, taps, depthwise=layer.depthwise,
+                                          reason="conv input sizes varied between samples of one shape"))
         else:
             records.append(_round_layer(layer, limits))
         layer.h = None
@@ -190,19 +186,14 @@ def _matmul_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> list[
         zp = const_array(w_dq.inputs[2]) if len(w_dq.inputs) > 2 and w_dq.inputs[2] is not None else None
         scale = const_array(w_dq.inputs[1])
         axis = w_dq.attributes["axis"].value if "axis" in w_dq.attributes else 1
-        why = ""
         if attrs.get("transA", 0):
             why = "Gemm with transA"
         elif wt.shape[1] > MAX_TAPS:
             why = f"{wt.shape[1]} input channels, above the {MAX_TAPS} the rounding takes"
-        elif q.dtype != np.int8 or q.shape != w.shape:
-            why = "weights are not a constant int8 tensor of the float weights' shape"
-        elif zp is not None and np.any(zp != 0):
-            why = "weight zero point is not 0"
         elif np.size(scale) not in (1, wt.shape[0]) or (np.size(scale) > 1 and axis % 2 != (1 if transposed else 0)):
             why = "weight scales are not per output channel"
-        elif not _rounds_to(q.T if transposed else q, wt, scale):
-            why = "int8 weights are not the float weights rounded (a fold changed them)"
+        else:
+            why = _int8_weights_problem(q.T if transposed and q.ndim == 2 else q, wt, scale, zp)
         if why:
             records.append(RoundingRecord(node.name, wt.shape[0], wt.shape[1], reason=why, depthwise=False,
                                           matmul=True))
@@ -234,19 +225,13 @@ def _conv_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> list[_L
         taps = int(np.prod(w.shape[1:]))
         q = const_array(w_dq.inputs[0])
         zp = const_array(w_dq.inputs[2]) if len(w_dq.inputs) > 2 and w_dq.inputs[2] is not None else None
-        why = ""
         if group > 1 and not depthwise:
             why = f"grouped conv ({group} groups): only depthwise and ungrouped convs are rounded"
         elif not depthwise and taps > MAX_TAPS:
             why = f"{taps} taps per filter, above the {MAX_TAPS} the rounding takes"
-        elif q is None or q.dtype != np.int8 or q.shape != w.shape:
-            why = "weights are not a constant int8 tensor of the float weights' shape"
-        elif zp is not None and np.any(zp != 0):
-            why = "weight zero point is not 0"
-        elif not _rounds_to(q, w, const_array(w_dq.inputs[1])):
-            why = "int8 weights are not the float weights rounded (a fold changed them)"
-        elif attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            why = f"auto_pad {attrs['auto_pad']}"
+        else:
+            why = _int8_weights_problem(q, w, const_array(w_dq.inputs[1]), zp) or (
+                f"auto_pad {attrs['auto_pad']}" if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") else "")
         if why:
             records.append(RoundingRecord(node.name, c_out, taps, reason=why, depthwise=depthwise))
             continue
@@ -260,6 +245,18 @@ def _conv_layers(float_model: ir.Model, qdq: ir.Model, records: list) -> list[_L
                              tuple(int(s) for s in attrs.get("strides", (1, 1))),
                              tuple(int(d) for d in attrs.get("dilations", (1, 1)))))
     return layers
+
+
+def _int8_weights_problem(q: np.ndarray | None, w: np.ndarray, scale, zero_point) -> str:
+    """Why the int8 weights ``q`` (laid out as the float weights ``w``, output channels first) cannot be
+    re-rounded, or ""."""
+    if q is None or q.dtype != np.int8 or q.shape != w.shape:
+        return "weights are not a constant int8 tensor of the float weights' shape"
+    if zero_point is not None and np.any(zero_point != 0):
+        return "weight zero point is not 0"
+    if not _rounds_to(q, w, scale):
+        return "int8 weights are not the float weights rounded (a fold changed them)"
+    return ""
 
 
 def _rounds_to(q: np.ndarray, w: np.ndarray, scale) -> bool:
@@ -285,22 +282,19 @@ def _gather_statistics(qdq: ir.Model, layers: list[_Layer], samples: list[dict],
         values = dict(zip(names, runtime.run(sess, names, feed)))
         shared: dict[str, tuple] = {}  # MatMuls reading one input (queries, keys, values) share its moments
         for layer in layers:
-            x = values[layer.node.inputs[0].name]
+            name = layer.node.inputs[0].name
+            x = values[name]
             if layer.rows:  # (..., K) -> (1, K, rows, 1): the patches of a 1x1 conv are the rows
-                x = x.reshape(-1, x.shape[-1]).T[None, :, :, None]
-                if layer.node.inputs[0].name not in shared:
-                    shared[layer.node.inputs[0].name] = _im2col_moments(x, layer)
-                h, s, n = shared[layer.node.inputs[0].name]
-                layer.h = h if layer.h is None else layer.h + h
-                layer.p_sum = s if layer.p_sum is None else layer.p_sum + s
-                layer.count += n
-                continue
-            if k == 0 and fixed:  # from the shape alone: no padded copy of x
-                layer.thin = _too_few_patches(_patch_count(x.shape, layer) * len(samples), layer)
-            if layer.thin:
-                layer.count += _patch_count(x.shape, layer)
-                continue
-            h, s, n = _patch_moments(x, layer) if layer.depthwise else _im2col_moments(x, layer)
+                if name not in shared:
+                    shared[name] = _im2col_moments(x.reshape(-1, x.shape[-1]).T[None, :, :, None], layer)
+                h, s, n = shared[name]
+            else:
+                if k == 0 and fixed:  # from the shape alone: no padded copy of x
+                    layer.thin = _too_few_patches(_patch_count(x.shape, layer) * len(samples), layer)
+                if layer.thin:
+                    layer.count += _patch_count(x.shape, layer)
+                    continue
+                h, s, n = _patch_moments(x, layer) if layer.depthwise else _im2col_moments(x, layer)
             layer.h = h if layer.h is None else layer.h + h
             layer.p_sum = s if layer.p_sum is None else layer.p_sum + s
             layer.count += n

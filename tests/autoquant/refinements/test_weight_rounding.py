@@ -269,12 +269,7 @@ def test_gptq_rounding_lowers_the_quantized_models_error_on_held_out_inputs():
     assert dw.gain_db > 0 and pw.gain_db >= 0
     assert "2 conv(s) (1 depthwise) rounded for their output error" in gptq.report.summary()
     # The depthwise conv's int8 weights moved, on the same scales.
-    weights = {m: {n.name: n for n in q.qdq.graph if n.op_type == "Conv"} for m, q in (("near", near), ("gptq", gptq))}
-
-    def int8_weights(node):
-        return const_array(node.inputs[1].producer().inputs[0]), const_array(node.inputs[1].producer().inputs[1])
-
-    (q_near, s_near), (q_gptq, s_gptq) = int8_weights(weights["near"]["dw"]), int8_weights(weights["gptq"]["dw"])
+    (q_near, s_near), (q_gptq, s_gptq) = _int8_weights(near, "dw"), _int8_weights(gptq, "dw")
     np.testing.assert_array_equal(s_near, s_gptq)
     assert not np.array_equal(q_near, q_gptq) and np.abs(q_near.astype(int) - q_gptq).max() <= 2
 
