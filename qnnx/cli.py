@@ -587,7 +587,8 @@ def compare(
 
 @app.command("bench", cls=PanelCommand, short_help='median latency (ONNX Runtime or OpenVINO) and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime or OpenVINO (timed interleaved), with '
-                   'speedups relative to the first.'))
+                   'speedups relative to the first. On OpenVINO each model is compiled twice, in mirrored order '
+                   '(a model compiled later runs a few percent faster there).'))
 @_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],

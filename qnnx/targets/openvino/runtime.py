@@ -61,15 +61,22 @@ def run(compiled, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def median_latency_ms(models, *, feed: dict[str, np.ndarray], threads: int = 1, repeats: int = 20,
                       warmup: int = 3, precision: str = "default") -> list[float]:
-    """Median milliseconds per inference of each model (file or ``ir.Model``), timed interleaved so a noisy
-    machine hits every model alike; every model fed ``feed``."""
-    requests = [compile_model(m, threads=threads, precision=precision).create_infer_request() for m in models]
-    for r in requests:
+    """Median milliseconds per inference of each model (file or ``ir.Model``), every model fed ``feed``.
+
+    Each model is compiled twice, in mirrored order (A B, then B A): on a CPU host the plugin runs a model
+    compiled later in a process a few percent faster than the same model compiled earlier, and the mirror
+    gives every model the same mean position. All copies run interleaved, the order rotated each time so a
+    noisy machine hits every model alike; a model's median is over both of its copies."""
+    models = list(models)
+    order = list(range(len(models))) + list(reversed(range(len(models))))
+    requests = [(i, compile_model(models[i], threads=threads, precision=precision).create_infer_request())
+                for i in order]
+    for _, r in requests:
         for _ in range(warmup):
             r.infer(feed)
-    times: list[list[float]] = [[] for _ in requests]
-    for _ in range(repeats):
-        for i, r in enumerate(requests):
+    times: list[list[float]] = [[] for _ in models]
+    for k in range(repeats):
+        for i, r in requests[k % len(requests):] + requests[:k % len(requests)]:
             t = time.perf_counter()
             r.infer(feed)
             times[i].append((time.perf_counter() - t) * 1000)

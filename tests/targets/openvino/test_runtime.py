@@ -1,0 +1,43 @@
+"""The OpenVINO timer's protocol (no OpenVINO needed: the compiled models are stand-ins)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qnnx.targets.openvino import runtime
+
+
+class _Compiled:
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def create_infer_request(self):
+        return self
+
+    def infer(self, feed):
+        self.log.append(self.name)
+
+
+def test_every_model_is_compiled_twice_in_mirrored_order_and_run_in_rotated_order(monkeypatch):
+    compiled, runs = [], []
+
+    def fake_compile(model, *, threads=1, precision="default"):
+        compiled.append(model)
+        return _Compiled(model, runs)
+
+    monkeypatch.setattr(runtime, "compile_model", fake_compile)
+    ms = runtime.median_latency_ms(["a", "b", "c"], feed={}, repeats=6, warmup=0)
+    assert compiled == ["a", "b", "c", "c", "b", "a"]  # the same mean compile position for each
+    assert len(ms) == 3 and all(m >= 0 for m in ms)
+    assert runs.count("a") == runs.count("b") == runs.count("c") == 12  # both copies, every repeat
+    firsts = [runs[k * 6] for k in range(6)]
+    assert firsts == ["a", "b", "c", "c", "b", "a"]  # each copy leads a round once: no model always first
+
+
+@pytest.mark.openvino
+def test_timing_a_model_openvino_cannot_read_is_one_error_line():
+    pytest.importorskip("openvino")
+    from qnnx.errors import QnnxError
+
+    with pytest.raises(QnnxError, match="OpenVINO cannot compile the model"):
+        runtime.median_latency_ms(["/nonexistent/model.onnx"], feed={}, repeats=1)
