@@ -283,7 +283,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="inference threads of the latency runs")
     ap.add_argument("--score-threads", type=int, default=2, help="inference threads while scoring")
     ap.add_argument("--repeats", type=int, default=20, help="timed runs of each model per round")
-    ap.add_argument("--rounds", type=int, default=5, help="latency rounds (the ratio to NNCF: median of the rounds')")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="latency rounds per process (the ratio to NNCF: median over the processes of the rounds' median)")
     ap.add_argument("--precision", default="default", help="INFERENCE_PRECISION_HINT (default: the plugin's)")
     ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
     ap.add_argument("--with-symmetric", action="store_true",

@@ -587,8 +587,8 @@ def compare(
 
 @app.command("bench", cls=PanelCommand, short_help='median latency (ONNX Runtime or OpenVINO) and speedup vs the first model',
              help=('Median latency of one or more models on ONNX Runtime or OpenVINO (timed interleaved), with '
-                   'speedups relative to the first. On OpenVINO each model is compiled twice, in mirrored order '
-                   '(a model compiled later runs a few percent faster there).'))
+                   'speedups relative to the first. Each model runs in two sessions (compiled twice on OpenVINO) '
+                   'made in mirrored order: one made later in a process runs a few percent faster.'))
 @_image_options
 def bench(
         models: Annotated[list[str], _model(".onnx files (the first is the baseline)")],
@@ -598,7 +598,8 @@ def bench(
             "--resize (needed for dynamic dims; default: random values)")]
         = None,
         threads: Annotated[int, typer.Option("--threads", min=1, help="intra-op threads")] = 1,
-        repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed runs per model")] = 20,
+        repeats: Annotated[int, typer.Option(
+            "--repeats", min=1, help="timed runs of each of a model's two sessions")] = 20,
         runtime: Annotated[Runtime, typer.Option(
             "--runtime", help="onnxruntime (CPU provider) or openvino (the model compiled by its CPU plugin, one "
             "stream, latency hint)")] = Runtime.onnxruntime,

@@ -1,13 +1,12 @@
 """OpenVINO's CPU plugin, used one way: a model compiled with a chosen thread count and precision hint,
-run on a feed, timed interleaved. OpenVINO is an optional dependency (``pip install qnnx[openvino]``):
-a missing package is a one-line QnnxError, not an ImportError at import time."""
+run on a feed, timed (:mod:`qnnx.targets.timing`). OpenVINO is an optional dependency (``pip install
+qnnx[openvino]``): a missing package is a one-line QnnxError, not an ImportError at import time."""
 
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import onnx_ir as ir
 
 from qnnx.errors import QnnxError
 from qnnx.ir import save_model
+from qnnx.targets.timing import mirrored_medians
 
 PRECISIONS = ("default", "f32", "bf16", "f16")  # INFERENCE_PRECISION_HINT; default: the plugin's choice
 
@@ -61,23 +61,12 @@ def run(compiled, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def median_latency_ms(models, *, feed: dict[str, np.ndarray], threads: int = 1, repeats: int = 20,
                       warmup: int = 3, precision: str = "default") -> list[float]:
-    """Median milliseconds per inference of each model (file or ``ir.Model``), every model fed ``feed``.
-
-    Each model is compiled twice, in mirrored order (A B, then B A): on a CPU host the plugin runs a model
-    compiled later in a process a few percent faster than the same model compiled earlier, and the mirror
-    gives every model the same mean position. All copies run interleaved, the order rotated each time so a
-    noisy machine hits every model alike; a model's median is over both of its copies."""
+    """Median milliseconds per inference of each model (file or ``ir.Model``), every model fed ``feed``,
+    each compiled twice (:func:`qnnx.targets.timing.mirrored_medians`)."""
     models = list(models)
-    order = list(range(len(models))) + list(reversed(range(len(models))))
-    requests = [(i, compile_model(models[i], threads=threads, precision=precision).create_infer_request())
-                for i in order]
-    for _, r in requests:
-        for _ in range(warmup):
-            r.infer(feed)
-    times: list[list[float]] = [[] for _ in models]
-    for k in range(repeats):
-        for i, r in requests[k % len(requests):] + requests[:k % len(requests)]:
-            t = time.perf_counter()
-            r.infer(feed)
-            times[i].append((time.perf_counter() - t) * 1000)
-    return [statistics.median(v) for v in times]
+
+    def runner(i: int):
+        return partial(compile_model(models[i], threads=threads, precision=precision).create_infer_request().infer,
+                       feed)
+
+    return mirrored_medians(len(models), runner, repeats=repeats, warmup=warmup)
