@@ -1,6 +1,6 @@
 """Real-model benchmark: fp32 vs ONNX Runtime's quantize_static vs qnnx, measured side by side.
 
-    python bench/run.py                      # all tasks, writes bench/out/results.json + markdown table
+    python bench/run.py                      # the tuning set's tasks, writes bench/out/results.json + markdown table
     python bench/run.py --tasks ppocr_cls --calib 32 --eval 64 --markdown docs/benchmarks.md
 
 For each task (bench/tasks.py: rendered OCR data with ground truth, synthetic YOLO scenes,
@@ -30,6 +30,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.protocol import TUNING  # noqa: E402
 from bench.tasks import main_metric as task_metric, TASKS, run_model  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -179,10 +180,11 @@ ISSUE_MODELS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n")
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", default=list(TUNING),
+                    help="default: the tuning set (bench/protocol.py TUNING), the table's rows")
     ap.add_argument("--calib", type=int, default=64, help="calibration samples (same for both quantizers)")
     ap.add_argument("--eval", type=int, default=128, help="evaluation samples")
-    ap.add_argument("--repeats", type=int, default=20, help="timed runs per model and thread count")
+    ap.add_argument("--repeats", type=int, default=20, help="timed runs of each of a model's two sessions, per thread count")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = ap.parse_args()
     results = []
