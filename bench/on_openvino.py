@@ -162,27 +162,24 @@ def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str
 
 def time_in_this_process(spec: dict) -> dict:
     """One process of :func:`latency`: the files compiled in the given order, timed interleaved."""
+    from qnnx.targets.timing import interleaved_ms
+
     loaded = np.load(spec["feed"])
     feed = {k: loaded[k] for k in loaded.files}
-    requests = {k: compiled(f, spec["threads"], spec["precision"]).create_infer_request()
-                for k, f in spec["files"].items()}
-    for r in requests.values():
+    keys = list(spec["files"])
+    requests = [compiled(spec["files"][k], spec["threads"], spec["precision"]).create_infer_request() for k in keys]
+    runners = [lambda r=r: r.infer(feed) for r in requests]
+    for run in runners:
         for _ in range(3):
-            r.infer(feed)
-    keys = list(requests)
-    ref = "nncf" if "nncf" in requests else keys[0]
+            run()
+    ref = keys.index("nncf") if "nncf" in keys else 0
     times: dict[str, list[float]] = {k: [] for k in keys}
     ratios: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(spec["rounds"]):
-        this: dict[str, list[float]] = {k: [] for k in keys}
-        for i in range(spec["repeats"]):
-            for k in keys[i % len(keys):] + keys[:i % len(keys)]:
-                t = time.perf_counter()
-                requests[k].infer(feed)
-                this[k].append((time.perf_counter() - t) * 1000)
-        for k in keys:
-            times[k] += this[k]
-            ratios[k].append(statistics.median(this[k]) / statistics.median(this[ref]))
+        this = interleaved_ms(runners, spec["repeats"])
+        for k, ms in zip(keys, this):
+            times[k] += ms
+            ratios[k].append(statistics.median(ms) / statistics.median(this[ref]))
     return {"ms": {k: statistics.median(v) for k, v in times.items()},
             "vs_nncf": {k: statistics.median(v) for k, v in ratios.items()}}
 

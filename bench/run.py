@@ -184,7 +184,8 @@ def main() -> None:
                     help="default: the tuning set (bench/protocol.py TUNING), the table's rows")
     ap.add_argument("--calib", type=int, default=64, help="calibration samples (same for both quantizers)")
     ap.add_argument("--eval", type=int, default=128, help="evaluation samples")
-    ap.add_argument("--repeats", type=int, default=20, help="timed runs of each of a model's two sessions, per thread count")
+    ap.add_argument("--repeats", type=int, default=20,
+                    help="timed runs of each of a model's two sessions, per thread count")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = ap.parse_args()
     results = []

@@ -19,15 +19,24 @@ def mirrored_medians(count: int, make: Callable[[int], Callable[[], object]], *,
     """Median milliseconds per run of models ``0 .. count-1``; ``make(i)`` builds a runner of model ``i``
     (called in mirrored order), which runs one inference when called; ``repeats`` runs of each runner."""
     order = list(range(count)) + list(reversed(range(count)))
-    runners = [(i, make(i)) for i in order]
-    for _, run in runners:
+    runners = [make(i) for i in order]
+    for run in runners:
         for _ in range(warmup):
             run()
     times: list[list[float]] = [[] for _ in range(count)]
+    for i, ms in zip(order, interleaved_ms(runners, repeats)):
+        times[i] += ms
+    return [statistics.median(v) for v in times]
+
+
+def interleaved_ms(runners: list[Callable[[], object]], repeats: int) -> list[list[float]]:
+    """Milliseconds of ``repeats`` runs of each runner, all interleaved, the order rotated each round so
+    that no runner always runs first."""
+    times: list[list[float]] = [[] for _ in runners]
     for k in range(repeats):
         shift = k % len(runners)
-        for i, run in runners[shift:] + runners[:shift]:
+        for i in list(range(shift, len(runners))) + list(range(shift)):
             t = time.perf_counter()
-            run()
+            runners[i]()
             times[i].append((time.perf_counter() - t) * 1000)
-    return [statistics.median(v) for v in times]
+    return times
