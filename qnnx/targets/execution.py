@@ -53,8 +53,8 @@ class WeightGrid:
     bits 7          [-64, 64]: a pair of products with uint8 255 fits the int16 sums of x86 kernels without
                     VNNI (numerics.U8S8_PAIR_LIMIT), whatever pairs they sum
     bits 8          [-128, 127]: for kernels that accumulate in 32 bits (VNNI, AMX, ARM)
-    int16_pairs     op types (MatMul, Gemm: weights rounded to nearest; conv weights are re-rounded by
-                    weight_rounding within a box range) whose weights take 8 bits instead, each output
+    int16_pairs     op types (MatMul, Gemm: weight_rounding re-rounds them within the pair limit; it rounds
+                    conv weights within a box range) whose weights take 8 bits instead, each output
                     channel's scale widened so that every same-sign pair of weights on adjacent input
                     channels sums to at most numerics.U8S8_PAIR_LIMIT: exact on kernels that pair adjacent
                     input channels (oneDNN's, so OpenVINO's: checked against the plugin in

@@ -28,7 +28,10 @@ samples give few rows (a sentence is tens of tokens), so their ``H`` comes from 
 sample, not only the refinement samples the convs use, and is kept from a quarter of a row per input
 channel up (GPTQ's damping keeps a thin ``H`` invertible). Gemm biases take the mean correction; a
 MatMul's bias is a separate Add, which keeps its value. On a pair-limited grid (``weight_bits="pairs"``)
-MatMul/Gemm weights keep nearest rounding: a moved weight could put a pair over the limit.
+every pair of MatMul/Gemm weights on adjacent input channels (2j, 2j + 1) keeps ``|q_2j + q_2j+1|``
+within numerics.U8S8_PAIR_LIMIT while it is rounded: GPTQ rounds the columns in input-channel order,
+so the second of a pair is rounded within what its partner, rounded just before it, leaves, and its
+clipping error is fed forward like any rounding error; the polish moves a weight only within it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
-from qnnx import runtime
+from qnnx import numerics, runtime
 from qnnx.autoquant.refinements.bias_correction import bias_dequantize, fold_into_bias
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.autoquant.refinements.progress import ProgressLine
@@ -102,6 +105,7 @@ class _Layer:
     rows: bool = False  # a MatMul/Gemm: its input's rows (..., K) are the patches of a 1x1 conv
     transposed: bool = False  # the int8 weights are stored (K, N), the transpose of ``w``
     fold: bool = True  # the mean output error may go into the int32 bias
+    pair_limit: int | None = None  # the bound on |q_2j + q_2j+1| of adjacent input channels, if any
 
     @property
     def depthwise(self) -> bool:
@@ -126,17 +130,12 @@ def round_matmul_weights(float_model: ir.Model, qdq: ir.Model, samples, progress
                          limits: tuple[int, int] = (-128, 127), pairs=lambda op_type: False) -> list[RoundingRecord]:
     """Re-round the int8 weights of every MatMul/Gemm of ``qdq`` with a constant 2-D weight in place (and
     correct a Gemm's int32 bias), from their inputs on ``samples`` (an iterable of feeds, read once),
-    within ``limits``; those whose op type takes a pair-limited grid (``pairs(op_type)``) keep nearest
-    rounding. One record per such layer."""
+    within ``limits``, and for those whose op type takes a pair-limited grid (``pairs(op_type)``) with
+    every pair of adjacent input channels within numerics.U8S8_PAIR_LIMIT. One record per such layer."""
     records: list[RoundingRecord] = []
-    layers = []
-    for layer in _matmul_layers(float_model, qdq, records):
-        if pairs(layer.node.op_type):
-            records.append(RoundingRecord(layer.node.name, *layer.w.shape, depthwise=False, matmul=True,
-                                          reason="pair-limited grid: nearest rounding keeps every pair within "
-                                                 "the limit"))
-        else:
-            layers.append(layer)
+    layers = _matmul_layers(float_model, qdq, records)
+    for layer in layers:
+        layer.pair_limit = numerics.U8S8_PAIR_LIMIT if pairs(layer.node.op_type) else None
     if not layers:
         return records
     say = ProgressLine("weight rounding (matmuls)", progress)
@@ -393,8 +392,8 @@ def _round_layer(layer: _Layer, limits: tuple[int, int]) -> RoundingRecord:
         h, mean = np.repeat(h, layer.multiplier, axis=0), np.repeat(mean, layer.multiplier, axis=0)
     # else every output channel reads the same patches: one H
     nearest = np.clip(np.round(w / scale[:, None]), qmin, qmax)
-    chosen = polish(gptq_round(w, scale, h, qmin, qmax), w, scale, h, qmin, qmax,
-                    POLISH_ROUNDS if layer.depthwise else SHARED_POLISH_ROUNDS)
+    chosen = polish(gptq_round(w, scale, h, qmin, qmax, layer.pair_limit), w, scale, h, qmin, qmax,
+                    POLISH_ROUNDS if layer.depthwise else SHARED_POLISH_ROUNDS, layer.pair_limit)
     err_nearest, err_chosen = _output_error(nearest, w, scale, h), _output_error(chosen, w, scale, h)
     worse = err_chosen > err_nearest
     chosen[worse], err_chosen[worse] = nearest[worse], err_nearest[worse]
@@ -412,10 +411,12 @@ def _per_row(h: np.ndarray) -> np.ndarray:
     return h[None] if h.ndim == 2 else h
 
 
-def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax: int,
+               pair_limit: int | None = None) -> np.ndarray:
     """Grid indices of ``w`` (C, d) at per-row ``scale``, rounded one column at a time with each
     column's error fed onto the columns after it through the inverse of ``h`` (C, d, d per row, or
-    d, d shared): GPTQ."""
+    d, d shared): GPTQ. With ``pair_limit``, column 2j + 1 is clipped so that ``|q_2j + q_2j+1|`` stays
+    within it (its partner is rounded first)."""
     h = _per_row(h)
     d = w.shape[1]
     diag = np.einsum("cii->ci", h)
@@ -432,7 +433,7 @@ def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax:
         b1 = min(d, b0 + GPTQ_BLOCK)
         errs = np.empty((len(rest), b1 - b0))
         for i in range(b0, b1):
-            q[:, i] = np.clip(np.round(rest[:, i] / scale), qmin, qmax)
+            q[:, i] = np.clip(np.round(rest[:, i] / scale), *_column_range(q, i, qmin, qmax, pair_limit, i % 2 == 1))
             err = (rest[:, i] - q[:, i] * scale) / u[:, i, i]
             rest[:, i + 1:b1] -= err[:, None] * u[:, i, i + 1:b1]
             errs[:, i - b0] = err
@@ -442,10 +443,21 @@ def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax:
     return q
 
 
+def _column_range(q: np.ndarray, i: int, qmin: int, qmax: int, pair_limit: int | None, partner_rounded: bool):
+    """The integers column ``i`` of ``q`` may take: ``[qmin, qmax]``, and with ``pair_limit`` (its partner,
+    the other column of the pair 2j, 2j + 1, rounded) those that keep ``|q_i + q_partner|`` within it,
+    per row."""
+    partner = i ^ 1
+    if pair_limit is None or not partner_rounded or partner >= q.shape[1]:
+        return qmin, qmax
+    other = q[:, partner]
+    return np.maximum(qmin, -pair_limit - other), np.minimum(qmax, pair_limit - other)
+
+
 def polish(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax: int,
-           rounds: int = POLISH_ROUNDS) -> np.ndarray:
+           rounds: int = POLISH_ROUNDS, pair_limit: int | None = None) -> np.ndarray:
     """+-1 grid steps, one column at a time, wherever they lower ``e^T h e`` (``e = q * scale - w``; ``h``
-    per row or shared, as in :func:`gptq_round`)."""
+    per row or shared, as in :func:`gptq_round`), within ``pair_limit`` as there."""
     q = q.copy()
     h = _per_row(h)
     he = _h_times(h, q * scale[:, None] - w)  # h e, kept up to date as q moves
@@ -455,7 +467,7 @@ def polish(q: np.ndarray, w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin:
         for i in range(q.shape[1]):
             column = h[:, :, i]  # (C or 1, d)
             for step in (-1.0, 1.0):
-                new = np.clip(q[:, i] + step, qmin, qmax)
+                new = np.clip(q[:, i] + step, *_column_range(q, i, qmin, qmax, pair_limit, True))
                 dq = (new - q[:, i]) * scale
                 gain = 2 * dq * he[:, i] + dq * dq * diag[:, i]  # change of e^T h e
                 take = gain < -1e-18 * np.maximum(1.0, np.abs(he[:, i]))

@@ -10,7 +10,7 @@ import pytest
 from float_graphs import Graph, run_ort
 
 import qnnx
-from qnnx import QuantConfig, runtime
+from qnnx import QuantConfig, numerics, runtime
 from qnnx.autoquant.refinements import weight_rounding as wr
 from qnnx.errors import QnnxError
 from qnnx.ir import const_array
@@ -77,6 +77,30 @@ def test_blocked_gptq_updates_equal_column_by_column_ones(shared, monkeypatch):
     one_by_one = wr.gptq_round(w, scale, h, -128, 127)
     monkeypatch.setattr(wr, "GPTQ_BLOCK", 5)  # blocks that do not divide d
     np.testing.assert_array_equal(wr.gptq_round(w, scale, h, -128, 127), one_by_one)
+
+
+@pytest.mark.parametrize("one_sign", [True, False])
+def test_gptq_and_polish_keep_every_pair_of_input_channels_within_the_pair_limit(one_sign):
+    """On a pair-limited grid (scales from numerics.pair_limited_scale, so nearest rounding is within the
+    limit) fed-forward errors push some pair a step over it; with the limit given none goes over, and
+    the output error stays near the unconstrained one."""
+    rng = np.random.default_rng(0)
+    c, d = 64, 9  # odd: the last input channel has no partner
+    w = rng.standard_normal((c, d)) * 0.2
+    w = np.abs(w) if one_sign else w
+    scale = numerics.pair_limited_scale(w, 0, 1).astype(np.float64)
+    h = _correlated_h(rng, c, d)
+    limit = numerics.U8S8_PAIR_LIMIT
+    nearest = np.clip(np.round(w / scale[:, None]), -128, 127)
+    free = wr.polish(wr.gptq_round(w, scale, h, -128, 127), w, scale, h, -128, 127)
+    kept = wr.polish(wr.gptq_round(w, scale, h, -128, 127, limit), w, scale, h, -128, 127, pair_limit=limit)
+    assert numerics.same_sign_pair_sums(nearest, 1).max() <= limit
+    if one_sign:
+        assert numerics.same_sign_pair_sums(free, 1).max() > limit  # what the limit is there for
+    assert numerics.same_sign_pair_sums(kept, 1).max() <= limit
+    assert kept.min() >= -128 and kept.max() <= 127
+    e_near, e_free, e_kept = (_error(q, w, scale, h).sum() for q in (nearest, free, kept))
+    assert e_kept < 0.3 * e_near and e_kept < 1.05 * e_free
 
 
 def test_polish_keeps_the_grid_bounds():
@@ -400,7 +424,7 @@ def test_matmul_moments_come_from_every_calibration_sample_read_once():
     assert [r.node for r in records if not r.reason] == ["mm", "gemm_t", "gemm"]
 
 
-def test_matmuls_with_too_few_rows_or_on_a_pair_limited_grid_keep_nearest_rounding_with_their_reason(monkeypatch):
+def test_matmuls_with_too_few_rows_keep_nearest_rounding_with_their_reason():
     rng = np.random.default_rng(13)
     model = _linear_model(rng)
     calib = _token_inputs(rng, 2, rows=1)  # 2 rows for 16 input channels: below a quarter of a row each
@@ -409,16 +433,30 @@ def test_matmuls_with_too_few_rows_or_on_a_pair_limited_grid_keep_nearest_roundi
     records = {r.node: r for r in qm.report.record("weight_rounding").layers}
     assert records["mm"].reason == "2 input rows for 16 input channels: too few to rank roundings by"
     np.testing.assert_array_equal(_int8_weights(qm, "mm")[0], _int8_weights(near, "mm")[0])
-    # weight_bits "pairs" (OpenVINO): MatMul/Gemm weights keep the nearest rounding the pair limit was set for
-    calib = _token_inputs(rng, 8)
+
+
+def test_matmuls_on_a_pair_limited_grid_are_rounded_within_the_pair_limit():
+    """weight_bits "pairs" (OpenVINO): MatMul/Gemm weights are rounded for their output error on the 8-bit
+    pair-limited grid, every pair of adjacent input channels still within the limit its scale was set for."""
+    rng = np.random.default_rng(13)
+    model = _linear_model(rng)
+    calib, held_out = _token_inputs(rng, 16), _token_inputs(rng, 16)
     options = dict(progress=False, speed_fallback="off", bias_correction="off", target="openvino", weight_bits="pairs")
     pairs = qnnx.quantize(model, calib, QuantConfig(weight_rounding="gptq_all", **options))
     pairs_near = qnnx.quantize(model, calib, QuantConfig(weight_rounding="nearest", **options))
     records = {r.node: r for r in pairs.report.record("weight_rounding").layers}
-    assert {r.reason for r in records.values()} == {
-        "pair-limited grid: nearest rounding keeps every pair within the limit"}
-    for name in ("mm", "gemm_t", "gemm"):
-        np.testing.assert_array_equal(_int8_weights(pairs, name)[0], _int8_weights(pairs_near, name)[0])
+    assert set(records) == {"mm", "gemm_t", "gemm"} and not any(r.reason for r in records.values())
+    for name, k_axis in (("mm", 0), ("gemm_t", 1), ("gemm", 0)):  # stored (K, N), or (N, K) with transB
+        (q, s), (q_near, s_near) = _int8_weights(pairs, name), _int8_weights(pairs_near, name)
+        np.testing.assert_array_equal(s, s_near)  # the same pair-limited scales
+        assert not np.array_equal(q, q_near)
+        assert numerics.same_sign_pair_sums(q, k_axis).max() <= numerics.U8S8_PAIR_LIMIT
+        assert np.abs(q.astype(int)).max() > 64  # the 8-bit grid, not the 7-bit one
+
+    def mse(qm):
+        return np.mean([(run_ort(model, {"x": x})[0] - run_ort(qm.qdq, {"x": x})[0]) ** 2 for x in held_out])
+
+    assert mse(pairs) < 0.9 * mse(pairs_near)  # activations' uint8 error is most of what is left at 8 bits
 
 
 def test_matmul_weights_not_the_float_ones_rounded_are_left_with_their_reason():
