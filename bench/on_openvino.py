@@ -17,6 +17,8 @@ the protocol's disjoint sets), the same samples calibrate
   weights 8-bit with each same-sign pair of adjacent input channels within what the plugin's int16 sums hold);
 - ``qnnx_gptq_all`` (only with ``--with-gptq-all``): the same with the opt-in ``weight_rounding="gptq_all"``
   (MatMul/Gemm weights GPTQ-rounded for their layer's output error too);
+- ``qnnx_pairs_gptq`` (only with ``--with-pairs-gptq``): both opt-ins (pair-limited MatMul/Gemm weights,
+  GPTQ-rounded within the pair limit);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -72,7 +74,8 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
 
 # qnnx's opt-in variants (QuantConfig options beyond target="openvino")
 QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"},
-                "qnnx_gptq_all": {"weight_rounding": "gptq_all"}}
+                "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
+                "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"}}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
@@ -197,6 +200,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
     configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_sym"] if args.with_symmetric else [])
                + (["qnnx_pairs"] if args.with_pairs else [])
                + (["qnnx_gptq_all"] if args.with_gptq_all else [])
+               + (["qnnx_pairs_gptq"] if args.with_pairs_gptq else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
                                                                                  "seconds": []} for c in configs}}
@@ -290,8 +294,11 @@ def main() -> None:
                     help="also qnnx with weight_bits='pairs' (MatMul/Gemm weights 8-bit, int16 pairs limited)")
     ap.add_argument("--with-gptq-all", action="store_true",
                     help="also qnnx with weight_rounding='gptq_all' (MatMul/Gemm weights GPTQ-rounded too)")
+    ap.add_argument("--with-pairs-gptq", action="store_true",
+                    help="also qnnx with both: weight_bits='pairs' and weight_rounding='gptq_all'")
     ap.add_argument("--only", nargs="+",
-                    help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all qnnx_ort)")
+                    help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all "
+                         "qnnx_pairs_gptq qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     ap.add_argument("--time-spec", help=argparse.SUPPRESS)  # one timing process of latency()
     args = ap.parse_args()

@@ -347,7 +347,8 @@ def quantize(
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding", rich_help_panel=_REFINEMENTS,
             help="'gptq' rounds the weights of depthwise and ungrouped convs for the conv's output error on the "
-            "calibration inputs; 'gptq_all' those of MatMuls and Gemms too; 'nearest' rounds each weight alone")] = WeightRounding(_F.weight_rounding),
+            "calibration inputs; 'gptq_all' those of MatMuls and Gemms too (within the pair limit with --weight-bits "
+            "pairs); 'nearest' rounds each weight alone")] = WeightRounding(_F.weight_rounding),
         bias_correction: Annotated[BiasCorrection, typer.Option(
             "--bias-correction", rich_help_panel=_REFINEMENTS,
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
