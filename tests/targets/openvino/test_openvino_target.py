@@ -288,17 +288,17 @@ def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form
 # --------------------------------------------------------------------------- int16 pair sums on the plugin
 
 
-def _integer_conv(w: np.ndarray, hw: int = 5):
+def _integer_conv(w: np.ndarray, hw: int = 5, group: int = 1):
     """x (uint8 integers, scale 1) -> int8 weights ``w`` (scale 1) -> Conv without padding: the plugin's
     integer conv as it is, the accumulator dequantized by 1."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    c_out, c_in = w.shape[:2]
+    c_out, c_in = w.shape[0], w.shape[1] * group
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
-             helper.make_node("Conv", ["xd", "wd"], ["y"])]
+             helper.make_node("Conv", ["xd", "wd"], ["y"], group=group)]
     inits = [numpy_helper.from_array(np.array(1.0, np.float32), "s"),
              numpy_helper.from_array(np.array(0, np.uint8), "zp"),
              numpy_helper.from_array(w.astype(np.int8), "w"),
@@ -352,6 +352,29 @@ def test_the_plugin_sums_adjacent_input_channels_as_numerics_models_it(c_in, k):
     full = sum(np.einsum("chw,oc->ohw", x[0, :, i:i + 6 - k, j:j + 6 - k].astype(np.int64), limited[:, :, i, j])
                for i in range(k) for j in range(k))
     np.testing.assert_array_equal(got, full)
+
+
+@pytest.mark.openvino
+@pytest.mark.parametrize("channels,k", [(8, 3), (24, 3), (16, 5)])
+def test_the_plugin_sums_depthwise_convs_in_int32(channels, k):
+    """uint8 255 against int8 +-127 (and -128) on every tap: sums far beyond int16 come out exact. So a
+    depthwise conv's weights need no pair limit there (execution.wide_int8_pairs finds no pairs in their
+    single input channel per group), unlike the u8 x s8 kernels of ungrouped convs and matmuls."""
+    pytest.importorskip("openvino")
+    from qnnx.targets.openvino.runtime import compile_model, run
+
+    rng = np.random.default_rng(channels + k)
+    w = rng.integers(-127, 128, (channels, 1, k, k))
+    w[: channels // 2] = 127  # every tap at its largest, one sign
+    w[channels // 2:, :, 0] = -128
+    x = rng.integers(0, 256, (1, channels, 7, 7))
+    x[:, : channels // 2 + 2] = 255
+    got = run(compile_model(_integer_conv(w, hw=7, group=channels), threads=1), {"x": x.astype(np.float32)})[0][0]
+    h = 7 - k + 1
+    exact = sum(x[0, :, i:i + h, j:j + h].astype(np.int64) * w[:, 0, i, j, None, None]
+                for i in range(k) for j in range(k))
+    assert np.abs(exact).max() > 2 ** 17  # far beyond what int16 sums hold
+    np.testing.assert_array_equal(got, exact)
 
 
 def _loud_linear():
