@@ -25,9 +25,9 @@ import typer.core
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from qnnx import __version__
-from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, METHODS, SPEED_FALLBACKS,
-                                   SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions, QuantConfig,
-                                   RangeOptions, RefinementOptions)
+from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, DEPTHWISE_INPUTS, METHODS,
+                                   SPEED_FALLBACKS, SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions,
+                                   QuantConfig, RangeOptions, RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 from qnnx.targets import TARGETS
@@ -75,6 +75,7 @@ class Format(str, enum.Enum):
 Calibrator = enum.Enum("Calibrator", {m: m for m in CALIBRATORS}, type=str)
 SpeedFallback = enum.Enum("SpeedFallback", {m: m for m in SPEED_FALLBACKS}, type=str)
 SymmetricActivations = enum.Enum("SymmetricActivations", {m: m for m in SYMMETRIC_ACTIVATIONS}, type=str)
+DepthwiseInputs = enum.Enum("DepthwiseInputs", {m: m for m in DEPTHWISE_INPUTS}, type=str)
 BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
@@ -392,6 +393,11 @@ def quantize(
             help="with --method mse: a SiLU output whose negative side is narrower than this fraction of its "
             "positive one keeps that side whole (SiLU's dense minimum lobe is not clipped to 0); 0: off"
         )] = _R.silu_lobe,
+        depthwise_inputs: Annotated[DepthwiseInputs, typer.Option(
+            "--depthwise-inputs", rich_help_panel=_EXPERT,
+            help="per_channel: a value read only by depthwise convs gets one min-max range per channel (--target "
+            "openvino, whose depthwise kernels take them); per_tensor: one range; auto: per channel where the "
+            "target takes it")] = DepthwiseInputs(_R.depthwise_inputs),
         images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis import compare_models
@@ -425,7 +431,8 @@ def quantize(
         allow_float=allow_float, target=target.value, progress=not quiet,
         ranges=RangeOptions(method=method.value, percentile=percentile,
                             consumer_functions=_consumer_functions(consumer_function),
-                            consumer_weighting=consumer_weighting, silu_lobe=silu_lobe),
+                            consumer_weighting=consumer_weighting, silu_lobe=silu_lobe,
+                            depthwise_inputs=depthwise_inputs.value),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
         refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,

@@ -396,6 +396,20 @@ def reduction_axis(node, input_index: int, ndim: int) -> int | None:
     return None
 
 
+def depthwise_channels(node) -> int | None:
+    """The input channels of a depthwise Conv (every group reads one input channel: weights M x 1 x k,
+    group > 1), from its weight's shape; None for any other node or when the shape is not known."""
+    if node.op_type != "Conv" or node.domain not in STANDARD_DOMAINS or len(node.inputs) < 2 or node.inputs[1] is None:
+        return None
+    a = (node.attributes or {}).get("group")
+    group = int(getattr(a, "value", a) or 1)
+    shape = node.inputs[1].shape
+    if group < 2 or shape is None or len(shape) < 3 or shape[1] != 1 or not isinstance(shape[0], int) \
+            or shape[0] % group:
+        return None
+    return group
+
+
 def fragile_inputs(op) -> tuple[int, ...]:
     return facts(op).fragile_inputs
 

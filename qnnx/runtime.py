@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
@@ -37,6 +38,7 @@ def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threa
         raise TypeError("extra outputs need an ir.Model")
     else:
         source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+        proto = model if isinstance(model, onnx.ModelProto) else None
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads is not None:
@@ -44,6 +46,10 @@ def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threa
         opts.inter_op_num_threads = 1
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    elif per_axis_activation_quantizers(proto if proto is not None else _header(source)):
+        # ORT's level-2 QDQ fusion turns DQ -> Conv -> Q with a per-channel Q into a QLinearConv, which then
+        # fails on every run (its output zero point must be one value): such models run at level 1.
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     if optimized_to is not None:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         opts.optimized_model_filepath = optimized_to
@@ -55,6 +61,28 @@ def session(model: ir.Model | onnx.ModelProto | str | Path, *, outputs=(), threa
     except Exception as e:  # ORT's own exception types (e.g. a custom-domain op it has no kernel for)
         raise QnnxError(f"ONNX Runtime cannot load the model{purpose}: {str(e).splitlines()[0][:300]}",
                         where=where) from None
+
+
+def _header(path: str) -> onnx.ModelProto | None:
+    """The graph of the model file at ``path`` without its external data; None when it cannot be read
+    (ONNX Runtime then says why)."""
+    try:
+        return onnx.load(path, load_external_data=False)
+    except Exception:  # protobuf's and the OS's own errors: the session's QnnxError names the problem
+        return None
+
+
+def per_axis_activation_quantizers(proto: onnx.ModelProto | None) -> bool:
+    """Whether a QuantizeLinear of ``proto``'s main graph quantizes a computed value (not an initializer) with a
+    constant per-axis scale (more than one value): per-channel activations, as a depthwise conv's input."""
+    if proto is None:
+        return False
+    graph = proto.graph
+    sizes = {t.name: int(np.prod(t.dims)) for t in graph.initializer}
+    sizes.update({n.output[0]: int(np.prod(a.t.dims)) for n in graph.node if n.op_type == "Constant"
+                  for a in n.attribute if a.name == "value"})
+    return any(n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") and len(n.input) > 1
+               and n.input[0] not in sizes and sizes.get(n.input[1], 1) > 1 for n in graph.node)
 
 
 def run(sess: ort.InferenceSession, names, feed: dict) -> list:

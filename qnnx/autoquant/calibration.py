@@ -72,14 +72,19 @@ def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Sim
 
 
 def observers_for(the_plan: Plan, roots: list[ir.Value], config: QuantConfig) -> dict:
-    """One observer per root, configured by what reads it (consumer function, reader weights, SiLU lobe)."""
+    """One observer per root, configured by what reads it (consumer function, reader weights, SiLU lobe); a
+    per-channel root (Plan.per_channel_roots: depthwise conv inputs) gets a per-channel min-max observer."""
     r = config.ranges
     base = ObserverConfig(method=r.method, dtype=config.activation_dtype, symmetric=config.activation_symmetric,
                           percentile=r.percentile, channel_balance=float(r.channel_balance))
     shared = {root for v, root in the_plan.groups.items() if v is not root}
     weighting = r.consumer_weighting and r.histogram
+    per_channel = the_plan.per_channel_roots()
 
     def root_config(v: ir.Value) -> ObserverConfig:
+        if v in per_channel:
+            return ObserverConfig(method="minmax", dtype=config.activation_dtype,
+                                  symmetric=config.activation_symmetric, axis=1)
         cfg = base if v in shared else replace(base, consumer=consumer_function(v, r.consumer_functions),
                                                channel_weights=reader_weight_norms(v) if weighting else None)
         return replace(cfg, negative_lobe=r.silu_lobe) if r.silu_lobe and silu_output(v) else cfg

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from qnnx.calibrate.observers import CONSUMER_FUNCTIONS, OBSERVERS, HistogramObserver
 from qnnx.errors import QnnxError
-from qnnx.targets import weight_grid
+from qnnx.targets import per_channel_depthwise, weight_grid
 
 METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration method
 HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
@@ -31,6 +31,7 @@ SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
 SYMMETRIC_ACTIVATIONS = ("off", "auto")
+DEPTHWISE_INPUTS = ("auto", "per_tensor", "per_channel")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
@@ -57,6 +58,9 @@ class RangeOptions:
     ``silu_lobe``: with "mse" on asymmetric types, a SiLU output whose negative side is narrower than
     this fraction of its positive one keeps that side whole; 0: off.
     ``channel_balance``: histogram methods, weight of loud channels, min(1, median ms / ms_c) ** b; 0: off.
+    ``depthwise_inputs``: "per_channel" gives a value read only by depthwise convs one min-max range per
+    channel (axis 1), on a target whose depthwise kernels take them (OpenVINO); "per_tensor": one range;
+    "auto": per channel wherever the target takes it (targets.per_channel_depthwise).
     """
 
     method: str = "mse"
@@ -65,9 +69,11 @@ class RangeOptions:
     consumer_weighting: bool = True
     silu_lobe: float = 0.01
     channel_balance: float = 0.0
+    depthwise_inputs: str = "per_tensor"
 
     def __post_init__(self):
         _choice("method", self.method, METHODS)
+        _choice("depthwise_inputs", self.depthwise_inputs, DEPTHWISE_INPUTS)
         if not 0 < self.percentile <= 100:
             raise QnnxError(f"percentile must be in (0, 100], got {self.percentile}")
         object.__setattr__(self, "consumer_functions", _names("consumer_functions", self.consumer_functions))
@@ -261,6 +267,7 @@ class QuantConfig:
             raise QnnxError(f"target must be a name, got {self.target!r}")
         if self.weight_bits == "pairs":
             weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
+        per_channel_depthwise(self.target, self.ranges.depthwise_inputs, self.per_channel)  # possible here
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""

@@ -69,6 +69,9 @@ class Target:
     # Quantized with zero point 0: uint8 when it never goes negative, else int8 symmetric (a target's kernel
     # needs it: plan.zero_point_zero).
     zero_point_zero: bool = False
+    # Quantized per channel (axis 1): the input of a depthwise conv on a target whose kernels take per-channel
+    # input qparams there (plan.per_channel_depthwise_inputs); such a value's observer is per-channel min-max.
+    per_channel: bool = False
 
 
 @dataclass(frozen=True)

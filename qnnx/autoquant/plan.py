@@ -40,6 +40,10 @@ class Plan:
         observer there would be overridden (:func:`activation_qparams`)."""
         return set(self.groups.values()) - known_outputs(self.matches)
 
+    def per_channel_roots(self) -> set[ir.Value]:
+        """The roots quantized per channel (axis 1): depthwise conv inputs (per_channel_depthwise_inputs)."""
+        return {self.groups.get(t.value, t.value) for m in self.matches for t in m.inputs if t.per_channel}
+
     def keeping(self, matches: list[PatternMatch]) -> "Plan":
         """The same plan (and decisions) with only ``matches``, its share groups recomputed."""
         return Plan(matches, share_groups(matches), self.decisions)
@@ -163,12 +167,13 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
     return Plan(matches, share_groups(matches), decisions)
 
 
-def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
+def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depthwise: bool = False) -> Plan:
     """The plan as a target executes it: ``execution(facts)`` (a target's
     :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target
     runs in float is dropped, its decision saying why; one it runs with integer inputs and a float output
     loses its output qparams (its readers quantize the value when they are integer themselves). ``hoist``:
-    the target wants quantizers above data movement (:func:`hoist_quantizers`). ``the_plan`` itself when
+    the target wants quantizers above data movement (:func:`hoist_quantizers`); ``per_channel_depthwise``:
+    depthwise conv inputs per channel (:func:`per_channel_depthwise_inputs`). ``the_plan`` itself when
     nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
     matches, changed = [], False
@@ -192,7 +197,38 @@ def for_target(the_plan: Plan, execution, hoist: bool = False) -> Plan:
         hoisted = hoist_quantizers(matches)
         changed = changed or hoisted != matches
         matches = hoisted
+    if per_channel_depthwise:
+        marked = per_channel_depthwise_inputs(matches)
+        changed = changed or marked != matches
+        matches = marked
     return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
+
+
+def per_channel_depthwise_inputs(matches: list[PatternMatch]) -> list[PatternMatch]:
+    """``matches`` with the activation input of each depthwise conv marked per channel (axis 1) where the
+    value is read quantized by depthwise convs only, directly, and shares its qparams with no other value:
+    each output channel of a depthwise conv reads one input channel, so its int32 accumulator keeps one
+    scale (``x_scale[c] * w_scale[o]``). A depthwise conv reads a hard-swish or BatchNorm-scaled map whose
+    channels can differ in range by 20x or more; one scale leaves the narrow ones a few levels."""
+    groups = share_groups(matches)
+    members: dict[ir.Value, list[tuple[Target, bool]]] = {}
+    for m in matches:
+        dw = ops.depthwise_channels(m.nodes[0])
+        for t, is_input in (*((t, True) for t in m.inputs), *((t, False) for t in m.outputs)):
+            if t.role != "activation":
+                continue
+            shape = t.value.shape
+            ok = (is_input and dw is not None and m.nodes[0].inputs[0] is t.value and not t.through
+                  and shape is not None and len(shape) >= 3 and shape[1] == dw)
+            members.setdefault(groups.get(t.value, t.value), []).append((t, ok))
+    sole = {r for r, ts in members.items() if all(ok for _, ok in ts)
+            and all(v is r for v, root in groups.items() if root is r)}
+    if not sole:
+        return matches
+    return [PatternMatch(m.pattern, m.nodes,
+                         tuple(replace(t, per_channel=True) if t.role == "activation" and groups.get(t.value, t.value)
+                               in sole else t for t in m.inputs), m.outputs, m.bias)
+            for m in matches]
 
 
 def match_facts(m: PatternMatch) -> MatchFacts:
@@ -406,7 +442,7 @@ def with_zero_point_zero(the_plan: Plan, allowed: Callable[[Target], bool]) -> t
             if t.role == "activation":
                 members.setdefault(groups.get(t.value, t.value), []).append(t)
     roots = {groups.get(t.value, t.value) for m in the_plan.matches for t in m.inputs
-             if t.role == "activation" and not t.zero_point_zero}
+             if t.role == "activation" and not t.zero_point_zero and not t.per_channel}
     roots = {r for r in roots if all(allowed(t) for t in members[r])}
     if not roots:
         return the_plan, set()

@@ -128,10 +128,22 @@ def _fold_scale(graph: ir.Graph, node: ir.Node, qp: QParams) -> None:
 BIAS_LIMIT = float(2**30)
 
 
+def per_output_channel(x_scale, n_out: int) -> np.ndarray:
+    """The input scale in the accumulator of each of ``n_out`` output channels: ``x_scale`` itself (float32
+    scalar) when per-tensor; per channel (a depthwise conv's input, C channels) channel ``o // (n_out / C)``'s."""
+    xs = np.asarray(x_scale, np.float32)
+    if xs.size == 1:
+        return np.float32(xs.reshape(()))
+    if n_out % xs.size:
+        raise AssertionError(f"{n_out} output channels do not read {xs.size} per-channel inputs depthwise")
+    return np.repeat(xs.reshape(-1), n_out // xs.size)
+
+
 def int32_bias_scale(x_scale, w_scale, shape) -> np.ndarray:
     """The scale of an int32 bias that runtimes fuse into an integer conv/gemm: ``x_scale * w_scale`` in
-    float32, broadcast to the bias ``shape`` when per-channel (a scalar when both are per-tensor)."""
-    scale = (np.float32(np.asarray(x_scale).reshape(())) * np.asarray(w_scale, np.float32)).astype(np.float32)
+    float32 (:func:`per_output_channel` for a per-channel input), broadcast to the bias ``shape`` when
+    per-channel (a scalar when both are per-tensor)."""
+    scale = (per_output_channel(x_scale, int(np.prod(shape))) * np.asarray(w_scale, np.float32)).astype(np.float32)
     return np.broadcast_to(scale, shape).astype(np.float32) if scale.size > 1 else scale
 
 
@@ -140,7 +152,8 @@ def _fit_bias(w_qp: QParams, bias: np.ndarray, x_scale) -> QParams:
     channel has a tiny weight scale but may keep a large bias from BatchNorm or a folded affine op;
     clipping that bias to int32 ruined those channels outright). Coarser weights there cost little:
     such channels are close to constant anyway."""
-    need = (np.abs(bias.reshape(-1)) / (np.float64(x_scale) * BIAS_LIMIT)).astype(np.float32)
+    xs = per_output_channel(x_scale, bias.size).astype(np.float64)
+    need = (np.abs(bias.reshape(-1)) / (xs * BIAS_LIMIT)).astype(np.float32)
     scale = np.asarray(w_qp.scale, np.float32)
     if scale.ndim == 0:
         need = np.float32(need.max(initial=0.0))
@@ -156,10 +169,12 @@ def _normal_bias_scale(w_qp: QParams, x_scale) -> QParams:
     of near-zero weights (scale near the float32 floor) under a small input scale. Subnormal scales are
     invalid qparams (1/scale overflows); such weights quantize to 0 either way."""
     tiny = np.float32(np.finfo(np.float32).tiny)
-    need = np.float32(tiny / np.float32(np.asarray(x_scale).reshape(())))
     scale = np.asarray(w_qp.scale, np.float32)
-    if np.all(scale * np.float32(np.asarray(x_scale).reshape(())) >= tiny):
+    xs = per_output_channel(x_scale, scale.size) if scale.size > 1 else \
+        np.float32(np.min(np.asarray(x_scale, np.float32)))
+    if np.all(scale * xs >= tiny):
         return w_qp
+    need = (tiny / xs).astype(np.float32)
     return QParams(np.maximum(scale, need * np.float32(1 + 2 ** -20)).astype(np.float32), w_qp.zero_point, w_qp.dtype,
                    w_qp.axis)
 
@@ -197,6 +212,8 @@ class AffineRewriter:
         self.nodes = {n.name: n for n in self.graph if n.name}
         self.grid = weight_grid(config.target, config.weight_bits)
         self.handles: dict[str, object] = {}  # activation name -> its qparams (or their graph inputs), once in
+        # Activations quantized per channel (axis 1): depthwise conv inputs (plan.per_channel_depthwise_inputs).
+        self.per_channel = {t.value.name for m in plan.matches for t in m.inputs if t.per_channel}
         # Values quantized as pattern inputs but computed by a float op: only the pattern nodes read the DQ.
         produced = {t.value.name for match in plan.matches for t in match.outputs}
         self.readers: dict[str, set[str]] = {}

@@ -4,7 +4,8 @@ Each quantized activation ``v`` becomes
 
     Where(v.enabled, simulated_dequantize(simulated_quantize(v, v.scale, v.zero_point), ...), v)
 
-with three new graph inputs: ``<v>.scale`` (float32 scalar), ``<v>.zero_point`` (int32 scalar) and
+with three new graph inputs: ``<v>.scale`` (float32 scalar; 1-D of C along axis 1 for a per-channel
+depthwise conv input), ``<v>.zero_point`` (int32, the same shape) and
 ``<v>.enabled`` (bool scalar; false passes the float value through untouched, so a value whose
 qparams are not chosen yet is not quantized; a layer's bias, quantized at its input's scale, stays
 float with it). Weights are int8 constants as realize makes them (their qparams need no data);
@@ -44,10 +45,11 @@ class QParamInputs:
     observed: str
     zero_point_dtype: str = "int32"  # the activation type in the standard form
     dtype: str = "uint8"  # the integer type the pair rounds and clips to
+    channels: int | None = None  # per-channel qparams (axis 1) of this many channels; None: per-tensor
 
 
-def _scalar_input(graph: ir.Graph, name: str, dtype: ir.DataType) -> ir.Value:
-    v = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([]))
+def _scalar_input(graph: ir.Graph, name: str, dtype: ir.DataType, channels: int | None = None) -> ir.Value:
+    v = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([] if channels is None else [channels]))
     graph.inputs.append(v)
     return v
 
@@ -57,6 +59,7 @@ class SimulatedRewriter(AffineRewriter):
         super().__init__(float_model, plan, config)
         self.inputs: dict[str, QParamInputs] = {}
         self.enabled: dict[str, ir.Value] = {}  # scale input name -> the same value's enabled input
+        self.channels: dict[str, int] = {}  # per-channel scale input name -> its channels
         self.dtype = int_type(config.activation_dtype)
         self.standard = standard
 
@@ -79,17 +82,33 @@ class SimulatedRewriter(AffineRewriter):
     def activation(self, v, readers):
         graph = self.graph
         zp_type = self.dtype if self.standard else int_type("int32")
-        s = _scalar_input(graph, f"{v.name}.scale", ir.DataType.FLOAT)
-        z = _scalar_input(graph, f"{v.name}.zero_point", zp_type.onnx)
+        channels = int(v.shape[1]) if v.name in self.per_channel else None
+        s = _scalar_input(graph, f"{v.name}.scale", ir.DataType.FLOAT, channels)
+        z = _scalar_input(graph, f"{v.name}.zero_point", zp_type.onnx, channels)
         on = _scalar_input(graph, f"{v.name}.enabled", ir.DataType.BOOL)
         b = Builder(graph, v.name)
-        out = b.op("Where", [on, self._pair(b, v, s, z, self.dtype, "activation"), v], hint="quantized_or_float")
+        attrs = {"axis": 1} if channels is not None else {}
+        out = b.op("Where", [on, self._pair(b, v, s, z, self.dtype, "activation", **attrs), v],
+                   hint="quantized_or_float")
         out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), v.shape
         name = v.name
         insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
-        self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name, self.dtype.name)
+        self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name, self.dtype.name, channels)
         self.enabled[s.name] = on
+        if channels is not None:
+            self.channels[s.name] = channels
         return s
+
+    def _per_output(self, b: Builder, x: ir.Value, n_out: int) -> ir.Value:
+        """The input scale ``x`` in each of ``n_out`` output channels' accumulator (qdq.per_output_channel):
+        ``x`` itself when per-tensor, else channel o // (n_out / C) of it."""
+        channels = self.channels.get(x.name)
+        if channels is None:
+            return x
+        index = b.const((np.arange(n_out) // (n_out // channels)).astype(np.int64), "input_channel_of_output")
+        out = b.op("Gather", [x, index], axis=0, hint="input_scale_per_output")
+        out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([n_out])
+        return out
 
     def weight(self, anchor, idx, w, qp, axis, x, bias):
         q = numerics.quantize(w, qp.scale, qp.zero_point, axis=axis if axis is not None else -1, out_dtype=qp.dtype)
@@ -103,7 +122,8 @@ class SimulatedRewriter(AffineRewriter):
             return None if need is None else Builder(self.graph, anchor.name).const(scale, "weight_scale")
         # qdq._fit_bias at run time: scale = max(scale, |bias| / (x_scale * 2**30)), then quantize the weights.
         b = Builder(self.graph, anchor.name)
-        limit = b.op("Mul", [x, b.const(np.float32(BIAS_LIMIT), "bias_limit")], hint="bias_limit_scale")
+        limit = b.op("Mul", [self._per_output(b, x, w.shape[0]), b.const(np.float32(BIAS_LIMIT), "bias_limit")],
+                     hint="bias_limit_scale")
         need_scale = b.op("Div", [b.const(need.astype(np.float32), "bias_abs"), limit], hint="bias_needs_scale")
         scale_c = b.const(scale, "weight_scale")
         fitted = b.op("Max", [scale_c, need_scale], hint="fitted_weight_scale")
@@ -139,7 +159,7 @@ class SimulatedRewriter(AffineRewriter):
 
     def bias(self, holder, idx, bias, x, w):
         b = Builder(self.graph, holder.name)
-        scale = b.op("Mul", [x, w], hint="bias_scale")
+        scale = b.op("Mul", [self._per_output(b, x, bias.size), w], hint="bias_scale")
         per_axis = w.shape is not None and len(w.shape) > 0 and bias.size > 1
         scale.type, scale.shape = ir.TensorType(ir.DataType.FLOAT), w.shape
         attrs = {"axis": 0} if per_axis else {}
@@ -188,14 +208,15 @@ def qparam_feed(inputs: dict[str, QParamInputs], qparams: dict[str, QParams],
     for name, inp in inputs.items():
         qp = qparams.get(name)
         on = qp is not None and (enabled is None or name in enabled)
-        if qp is not None and np.asarray(qp.scale).size != 1:
-            raise AssertionError(f"{name!r}: simulated activations take per-tensor qparams")
-        zp = 0
+        shape = () if inp.channels is None else (inp.channels,)
+        if qp is not None and np.asarray(qp.scale).size != int(np.prod(shape)):
+            raise AssertionError(f"{name!r}: a simulated activation takes qparams of shape {shape}")
+        zp = np.zeros(shape, np.int64)
         if on:  # qparams of another 8-bit type (int8 symmetric in a uint8 pair): the same grid, shifted
-            zp = int(np.asarray(qp.zero_point).reshape(())) + int_type(inp.dtype).qmin - int_type(qp.dtype).qmin
+            zp = np.asarray(qp.zero_point, np.int64).reshape(shape) + int_type(inp.dtype).qmin - int_type(qp.dtype).qmin
             if int_type(inp.dtype).bits != int_type(qp.dtype).bits:
                 raise AssertionError(f"{name!r}: {qp.dtype} qparams in a simulated {inp.dtype} pair")
-        feed[inp.scale] = np.asarray(qp.scale if on else 1.0, np.float32).reshape(())
-        feed[inp.zero_point] = np.asarray(zp).astype(int_type(inp.zero_point_dtype).numpy).reshape(())
+        feed[inp.scale] = np.broadcast_to(np.asarray(qp.scale if on else 1.0, np.float32), shape).reshape(shape)
+        feed[inp.zero_point] = np.asarray(zp).astype(int_type(inp.zero_point_dtype).numpy)
         feed[inp.enabled] = np.asarray(on)
     return feed

@@ -32,7 +32,7 @@ from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
 from qnnx.metrics import compare_models, float_outputs
-from qnnx.targets import target
+from qnnx.targets import per_channel_depthwise, target
 
 
 PREPARE_CHECK_SAMPLES = 2  # samples the prepared model is checked against the original on
@@ -157,9 +157,10 @@ def run_plan(state: QuantState) -> QuantState:
     exclusions = Exclusions.resolve(state.float_model, state.config, state.renames, state.source_op_types)
     # what the target executes in integer: ONNX Runtime every match whole, OpenVINO the inputs of contractions,
     # pools and residual adds, quantized above data movement
-    runtime = target(state.config.target)
-    the_plan = for_target(plan(state.float_model, state.config, exclusions), runtime.execution,
-                          runtime.hoists_quantizers)
+    config = state.config
+    runtime = target(config.target)
+    the_plan = for_target(plan(state.float_model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
+                          per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel))
     if not the_plan.matches and not state.config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions

@@ -48,9 +48,12 @@ _WINDOW_ATTRS = (
 
 
 @op("conv", doc="Integer convolution (1-D/2-D/N-D, groups, depthwise): "
-    "`y[n,m] = sum (x - x_zp) * (w[m] - w_zp[m]) + bias[m]` as int32.",
+    "`y[n,m] = sum (x[c] - x_zp[c]) * (w[m] - w_zp[m]) + bias[m]` as int32. x's qparams are per-tensor, or "
+    "per input channel (axis 1) for a depthwise conv (C/group = 1), whose output channel m then has the "
+    "accumulator scale `x_scale[m // (M / C)] * w_scale[m]`.",
     inputs=(Input("x", "activations N x C x spatial"), Input("w", "weights M x C/group x kernel"),
-            *qparam_inputs("x_", "x (per-tensor)"),
+            Input("x_scale", "scale of x: float scalar, or 1-D of C for a depthwise conv"),
+            Input("x_zero_point", "zero point of x: int32 scalar, or 1-D of C for a depthwise conv"),
             Input("w_scale", "scale of w: scalar or 1-D of M (per output channel)"),
             Input("w_zero_point", "zero point of w: int32 scalar or 1-D of M"),
             Input("bias", "int32 1-D of M, scale x_scale * w_scale, zero point 0", optional=True)),
@@ -68,9 +71,17 @@ def conv(x, w, x_scale, x_zero_point, w_scale, w_zero_point, bias=None, *, auto_
     n_out, c_per_group = w.shape[0], w.shape[1]
     if group < 1 or x.shape[1] != c_per_group * group or n_out % group:
         raise QnnxError(f"channels do not match: x has {x.shape[1]}, w {w.shape} with group={group}")
-    numerics.check_scale(x_scale, "x_scale")
+    xs = numerics.check_scale(x_scale, "x_scale")
     numerics.broadcast_param(numerics.check_scale(w_scale, "w_scale"), w.shape, 0, 0, "w_scale")
-    xz = numerics.check_zero_point(_per_tensor(x_zero_point, "x_zero_point"), tx, "x_zero_point")
+    xz = numerics.check_zero_point(x_zero_point, tx, "x_zero_point")
+    if xs.size > 1 or xz.size > 1:
+        if c_per_group != 1:
+            raise QnnxError("per-channel x qparams need a depthwise conv (one input channel per group): an output "
+                            "channel's accumulator has one scale")
+        xz = numerics.broadcast_param(xz, x.shape, 1, 0, "x_zero_point")
+        numerics.broadcast_param(xs, x.shape, 1, 0, "x_scale")
+    else:
+        xz = xz.reshape(())
     wz = numerics.broadcast_param(numerics.check_zero_point(w_zero_point, tw, "w_zero_point"), w.shape, 0, 0,
                                   "w_zero_point")
     if kernel_shape is not None and tuple(kernel_shape) != w.shape[2:]:

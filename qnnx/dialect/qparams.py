@@ -60,7 +60,7 @@ QPARAMS: dict[str, tuple[QParamInputs, ...]] = {
     "simulated_quantize": (QParamInputs(1, 2, OUT, blocked=True, float_zero_point=True),),
     "simulated_dequantize": (QParamInputs(1, 2, 0, blocked=True, float_zero_point=True),),
     "requantize": (QParamInputs(1, 2, 0), QParamInputs(3, 4, OUT)),
-    "conv": (QParamInputs(2, 3, 0, axis=None), QParamInputs(4, 5, 1, axis=0)),
+    "conv": (QParamInputs(2, 3, 0, axis=1), QParamInputs(4, 5, 1, axis=0)),  # x per channel: depthwise only
     "conv_transpose": (QParamInputs(2, 3, 0, axis=None), QParamInputs(4, 5, 1, axis=1)),  # per-axis only with group 1
     "matmul": (QParamInputs(1, 2, 0, axis=-2), QParamInputs(4, 5, 3, axis=-1)),
     "add": _binary_qparams(), "sub": _binary_qparams(), "mul": _binary_qparams(),
@@ -133,7 +133,20 @@ def check_node(node: ir.Node) -> dict:
             names.update({x + 1: f"x{k}_scale", x + 2: f"x{k}_zero_point"})
     for qp in groups:
         _check_qparams(node, schema, attrs, qp, names)
+    if node.op_type == "conv":
+        _check_conv_input_channels(node)
     return attrs
+
+
+def _check_conv_input_channels(node: ir.Node) -> None:
+    """Per-channel x qparams only on a depthwise conv (one input channel per group), whose every output
+    channel's accumulator then has one scale."""
+    per_channel = any(p is not None and np.size(p) > 1 for p in (const_array(_input(node, 2)),
+                                                                 const_array(_input(node, 3))))
+    w_shape = _shape(_input(node, 1))
+    if per_channel and w_shape is not None and len(w_shape) > 1 and w_shape[1] != 1:
+        raise QnnxError(f"per-channel x qparams need a depthwise conv (one input channel per group), but w has "
+                        f"{w_shape[1]} input channels per group")
 
 
 def _check_qparams(node: ir.Node, schema, attrs: dict, qp: QParamInputs, names: dict) -> None:

@@ -242,10 +242,12 @@ def _bias_int32(ctx: Context, bias: ir.Value | None, acc_type: AffineType, axis:
     return ctx.b.const(q, "bias_int32")
 
 
-def _accumulator_type(x: AffineType, w_scale: np.ndarray, channel_axis: int) -> AffineType:
+def _accumulator_type(x: AffineType, w_scale: np.ndarray, channel_axis: int, n_out: int | None = None) -> AffineType:
     """The int32 accumulator of an int8 x int8 product: scale x_scale * w_scale (per output
-    channel on ``channel_axis`` when the weights are per-channel), zero point 0."""
-    scale = (x.scale * np.asarray(w_scale, np.float32)).astype(np.float32)
+    channel on ``channel_axis`` when the weights are per-channel), zero point 0. A per-channel ``x`` (a
+    depthwise conv's input) gives each of the ``n_out`` output channels its input channel's scale."""
+    xs = x.scale if x.per_tensor else np.repeat(x.scale, n_out // x.scale.size)
+    scale = (xs * np.asarray(w_scale, np.float32)).astype(np.float32)
     return AffineType(scale, np.zeros(scale.shape, np.int64), INT32, channel_axis if scale.size > 1 else None)
 
 
@@ -260,9 +262,13 @@ def _weight(ctx: Context, v: ir.Value, axis: int, what: str) -> Affine:
 
 @fq2i_rule("Conv")
 def _conv(node, ctx):
-    x = _per_tensor(ctx.affine(node.inputs[0]))
+    x = ctx.affine(node.inputs[0])
     w = _weight(ctx, node.inputs[1], 0, "weight")
-    acc_type = _accumulator_type(x.type, w.type.scale, 1)
+    channels = ops.depthwise_channels(node)
+    if not x.type.per_tensor and (x.type.axis != 1 or channels is None or x.type.scale.size != channels):
+        raise Unsupported("input is quantized per-axis; only a depthwise conv takes per-channel (axis 1) inputs")
+    n_out = node.inputs[1].shape[0] if node.inputs[1].shape is not None else None
+    acc_type = _accumulator_type(x.type, w.type.scale, 1, n_out)
     bias = _bias_int32(ctx, node.inputs[2] if len(node.inputs) > 2 else None, acc_type, 0)
     inputs = [x.value, w.value, *_qparam_inputs(ctx, x.type, "x"), *_qparam_inputs(ctx, w.type, "w")]
     if bias is not None:

@@ -283,6 +283,23 @@ def _conv_integer(b: Builder, x: ir.Value, xz: int, xtype, w: ir.Value, wz_scala
     return total
 
 
+def _minus_channel_zero_points(b: Builder, x: ir.Value, xz: np.ndarray, w: ir.Value, w_np, wz: int | None, attrs,
+                               acc: ir.Value) -> ir.Value:
+    """``acc`` (the conv of ``x`` with zero point 0) minus the conv of each input channel's zero point over
+    the valid taps: a depthwise conv's per-channel ``x`` zero points, which ConvInteger (one zero point)
+    cannot take. The taps that read padding add nothing on either side (padding is the zero point, real 0)."""
+    if wz is None:
+        raise QnnxError("a conv with per-channel x and per-channel w zero points cannot be lowered")
+    ones = b.op("ConstantOfShape", [b.op("Shape", [x], hint="x_shape")],
+                value=ir.tensor(np.ones(1, np.uint8)), hint="ones_like_x")
+    taps = _conv_integer(b, ones, 0, int_type("uint8"), w, wz, w_np, attrs)  # sum of (w - wz) over valid taps
+    n_out = w.shape[0] if w.shape is not None else None
+    if not isinstance(n_out, int):
+        raise QnnxError("per-channel x zero points need a known weight shape to lower")
+    per_out = np.repeat(xz, n_out // xz.size).astype(np.int32).reshape(1, -1, *([1] * (len(w.shape) - 2)))
+    return b.op("Sub", [acc, b.op("Mul", [taps, b.const(per_out, "x_zero_points")])], hint="xz_corrected")
+
+
 def _window_attrs(a: dict) -> dict:
     return {k: a[k] for k in ("auto_pad", "pads", "strides", "dilations", "group", "kernel_shape")
             if k in a and a[k] is not None and not (k == "auto_pad" and a[k] == "NOTSET")}
@@ -292,9 +309,11 @@ def _window_attrs(a: dict) -> dict:
 def _conv(node, a, b):
     x, w = node.inputs[0], node.inputs[1]
     xtype, wtype = _dtype(x, "x"), _dtype(w, "w")
-    xz = int(np.asarray(_const(node, 3, "x_zero_point")).reshape(-1)[0])
+    xzs = np.asarray(_const(node, 3, "x_zero_point")).astype(np.int64).reshape(-1)
+    per_channel_xz = not np.all(xzs == xzs[0])
+    xz = 0 if per_channel_xz else int(xzs[0])  # per channel: subtracted after the conv (below)
     wz = np.asarray(_const(node, 5, "w_zero_point")).astype(np.int64).reshape(-1)
-    numerics.check_zero_point(xz, xtype, "x_zero_point")
+    numerics.check_zero_point(xzs, xtype, "x_zero_point")
     numerics.check_zero_point(wz, wtype, "w_zero_point")
     w_arr = const_array(w)
     if wtype.bits < 8:  # ConvInteger has no 4-bit weights: widen offline (exact)
@@ -322,6 +341,8 @@ def _conv(node, a, b):
         corr = b.op("Mul", [window_sum, b.const(wz.astype(np.int32).reshape(1, -1, *([1] * (len(w.shape) - 2))),
                                                 "w_zero_points")])
         acc = b.op("Sub", [acc, corr], hint="wz_corrected")
+    if per_channel_xz:
+        acc = _minus_channel_zero_points(b, x, xzs, w, w_np, int(wz[0]) if uniform else None, attrs, acc)
     if len(node.inputs) > 6 and node.inputs[6] is not None:
         bias = node.inputs[6]
         rank = len(w.shape) if w.shape is not None else _rank(x, "x")

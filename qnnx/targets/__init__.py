@@ -14,6 +14,8 @@ A target has a ``name``, three flags and four methods, the only runtime-specific
     pairs_input_channels               whether its x86 int8 kernels sum products of adjacent input channels in
                                        int16 pairs (checked), so pair-limited weights (weight_bits "pairs") are
                                        exact there
+    per_channel_depthwise_inputs       whether its depthwise convs take per-channel (axis 1) input qparams
+                                       (``per_channel_depthwise``: the config's depthwise_inputs resolved)
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved
@@ -50,3 +52,18 @@ def weight_grid(target_name: str, weight_bits: int | str) -> WeightGrid:
                         f"x86 kernels sum exactly in int16 pairs; how {target_name}'s kernels pair products was not "
                         "checked: use weight_bits 7 (exact on every CPU) or 8")
     return PAIRS
+
+
+def per_channel_depthwise(target_name: str, depthwise_inputs: str, per_channel_weights: bool) -> bool:
+    """Whether depthwise conv inputs get per-channel qparams under ``depthwise_inputs``: "per_channel" (a
+    :class:`QnnxError` unless the target's depthwise kernels take them and the weights are per-channel, as the
+    int32 accumulator's scale is then one input channel's times one weight channel's), "auto" (wherever
+    that holds) or "per_tensor"."""
+    takes = target(target_name).per_channel_depthwise_inputs
+    if depthwise_inputs == "per_channel":
+        if not takes:
+            raise QnnxError(f"depthwise_inputs 'per_channel' needs a target whose depthwise convs take per-channel "
+                            f"input qparams (openvino); {target_name}'s take one scale and zero point")
+        if not per_channel_weights:
+            raise QnnxError("depthwise_inputs 'per_channel' needs per-channel weights (per_channel=True)")
+    return depthwise_inputs == "per_channel" or (depthwise_inputs == "auto" and takes and per_channel_weights)

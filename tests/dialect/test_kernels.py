@@ -122,8 +122,13 @@ def test_conv_errors():
         run_kernel("conv", x, w, np.float32(1), np.int32(0), np.float32(1), np.int32(0), group=1)
     with pytest.raises(QnnxError, match="w_zero_point has 3 values but axis 0"):
         run_kernel("conv", x, w, np.float32(1), np.int32(0), np.float32(1), np.zeros(3, np.int32), group=2)
-    with pytest.raises(QnnxError, match="x_zero_point must be per-tensor"):
+    with pytest.raises(QnnxError, match="per-channel x qparams need a depthwise conv"):
         run_kernel("conv", x, w, np.float32(1), np.zeros(4, np.int32), np.float32(1), np.int32(0), group=2)
+    dw = np.zeros((4, 1, 3, 3), np.int8)
+    with pytest.raises(QnnxError, match="x_zero_point has 3 values but axis 1"):
+        run_kernel("conv", x, dw, np.float32(1), np.zeros(3, np.int32), np.float32(1), np.int32(0), group=4)
+    with pytest.raises(QnnxError, match="x_scale has 2 values but axis 1"):
+        run_kernel("conv", x, dw, np.ones(2, np.float32), np.int32(0), np.float32(1), np.int32(0), group=4)
     with pytest.raises(QnnxError, match="bias must be int32"):
         run_kernel("conv", x, w, np.float32(1), np.int32(0), np.float32(1), np.int32(0),
                    np.zeros(6, np.int64), group=2)

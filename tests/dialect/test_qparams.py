@@ -81,9 +81,26 @@ def _conv(x_dtype=T.UINT8, x_zp=np.int32(0), w_zp=np.zeros(3, np.int32)):
 def test_conv_rules():
     check_graph(load_model(_conv()).graph)
     assert "x_zero_point must be an integer tensor, got dtype float32" in _message(_conv(x_zp=np.float32(1)))
-    assert "x_zero_point must be per-tensor" in _message(_conv(x_zp=np.zeros(2, np.int32)))
+    assert "per-channel x qparams need a depthwise conv" in _message(_conv(x_zp=np.zeros(2, np.int32)))
     assert "x has dtype int32; qnnx.conv takes int8/uint8/int16/uint16" in _message(_conv(x_dtype=T.INT32))
     assert "w_zero_point has 2 values but axis 0 of w 'w'" in _message(_conv(w_zp=np.zeros(2, np.int32)))
+
+
+def _depthwise(x_scale, x_zp):
+    inits = [numpy_helper.from_array(np.ones((4, 1, 3, 3), np.int8), "w"), numpy_helper.from_array(x_scale, "xs"),
+             numpy_helper.from_array(x_zp, "xz"), numpy_helper.from_array(np.full(4, 0.1, np.float32), "ws"),
+             numpy_helper.from_array(np.int32(0), "wz")]
+    node = helper.make_node("conv", ["x", "w", "xs", "xz", "ws", "wz"], ["y"], name="conv", domain="qnnx", group=2)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.UINT8, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", T.INT32, [1, 4, 2, 2])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("qnnx", 1)])
+
+
+def test_a_depthwise_conv_takes_per_channel_x_qparams():
+    check_graph(load_model(_depthwise(np.full(2, 0.1, np.float32), np.array([3, 200], np.int32))).graph)
+    assert "x_zero_point has 3 values but axis 1 of x" in _message(_depthwise(np.float32(0.1), np.zeros(3, np.int32)))
+    assert "x_zero_point 300 is outside the uint8 range" in _message(_depthwise(np.float32(0.1),
+                                                                              np.array([0, 300], np.int32)))
 
 
 def _blocked_dequantize(scale_shape, block):

@@ -128,6 +128,46 @@ def test_conv(case, xdtype, wdtype, per_channel_wz):
     _compare(m, {"x": x})
 
 
+DEPTHWISE_CASES = [
+    dict(x=(2, 4, 8, 7), w=(4, 1, 3, 3), attrs=dict(group=4, strides=[2, 2], pads=[1, 0, 1, 2])),
+    dict(x=(1, 3, 9, 9), w=(6, 1, 5, 5), attrs=dict(group=3, pads=[2, 2, 2, 2])),  # channel multiplier 2
+    dict(x=(1, 5, 6, 10), w=(5, 1, 3, 3), attrs=dict(group=5, strides=[2, 1], auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DEPTHWISE_CASES)))
+@pytest.mark.parametrize("xdtype", [np.uint8, np.int8, np.int16])
+def test_depthwise_conv_with_per_channel_x_qparams(case, xdtype):
+    c = DEPTHWISE_CASES[case]
+    rng = np.random.default_rng(case + 7)
+    x = _rand_int(rng, xdtype, c["x"])
+    w = _rand_int(rng, np.int8, c["w"])
+    channels, m_out = c["x"][1], c["w"][0]
+    consts = dict(w=w, xs=_scales(rng, channels), xz=_zps(rng, xdtype, channels), ws=_scales(rng, m_out),
+                  wz=np.int32(0), bias=rng.integers(-5000, 5000, m_out).astype(np.int32))
+    m = _model("conv", {"x": x}, consts, ["x", "w", "xs", "xz", "ws", "wz", "bias"], c["attrs"])
+    y = _compare(m, {"x": x})
+    # each channel alone through the per-tensor kernel, with that channel's zero point
+    per = c["w"][0] // channels
+    attrs = {k: v for k, v in c["attrs"].items() if k != "group"}
+    for ch in range(channels):
+        xc, out = x[:, ch:ch + 1], slice(ch * per, (ch + 1) * per)
+        one = dict(consts, w=w[out], xs=consts["xs"][ch], xz=consts["xz"][ch], ws=consts["ws"][out],
+                   bias=consts["bias"][out])
+        single = _model("conv", {"x": xc}, one, ["x", "w", "xs", "xz", "ws", "wz", "bias"], attrs)
+        assert np.array_equal(y[:, out], qnnx.ReferenceEvaluator(single).run(None, {"x": xc})[0])
+
+
+def test_per_channel_x_qparams_need_a_depthwise_conv():
+    rng = np.random.default_rng(0)
+    x = _rand_int(rng, np.uint8, (1, 4, 6, 6))
+    consts = dict(w=_rand_int(rng, np.int8, (6, 2, 3, 3)), xs=_scales(rng, 4), xz=_zps(rng, np.uint8, 4),
+                  ws=_scales(rng, 6), wz=np.int32(0))
+    m = _model("conv", {"x": x}, consts, ["x", "w", "xs", "xz", "ws", "wz"], dict(group=2))
+    with pytest.raises(qnnx.QnnxError, match="depthwise"):
+        qnnx.ReferenceEvaluator(m).run(None, {"x": x})
+
+
 @pytest.mark.parametrize("adtype,bdtype", [(np.uint8, np.int8), (np.int8, np.int8), (np.int16, np.int8),
                                            (np.uint8, np.uint8)])
 @pytest.mark.parametrize("a_shape,b_shape", [((5, 7), (7, 3)), ((2, 4, 6), (6, 5)), ((3, 2, 4), (3, 4, 2))])

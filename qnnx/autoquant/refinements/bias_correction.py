@@ -193,14 +193,15 @@ UNDO_GROWTH = 1.1
 
 
 def _new_bias_scale(node: ir.Node) -> np.ndarray | None:
-    """The int32 bias scale (qdq.int32_bias_scale) of a bias-less integer conv: per-tensor input scale from
-    the DequantizeLinear before it, weight scales from its constant weight DequantizeLinear; or None."""
+    """The int32 bias scale (qdq.int32_bias_scale) of a bias-less integer conv: input scale (per-tensor, or per
+    channel before a depthwise conv) from the DequantizeLinear before it, weight scales from its constant weight
+    DequantizeLinear; or None."""
     x_dq = node.inputs[0].producer() if node.inputs[0] is not None else None
     w_dq = node.inputs[1].producer() if len(node.inputs) > 1 and node.inputs[1] is not None else None
     if x_dq is None or w_dq is None or x_dq.op_type != "DequantizeLinear" or w_dq.op_type != "DequantizeLinear":
         return None
     x_scale, w_scale, w_q = const_array(x_dq.inputs[1]), const_array(w_dq.inputs[1]), const_array(w_dq.inputs[0])
-    if x_scale is None or w_scale is None or w_q is None or np.size(x_scale) != 1 or w_q.ndim < 3:
+    if x_scale is None or w_scale is None or w_q is None or w_q.ndim < 3 or w_q.shape[0] % np.size(x_scale):
         return None
     channels = (w_q.shape[0],)
     if np.size(w_scale) not in (1, channels[0]):

@@ -67,6 +67,8 @@ class OnnxRuntimeTarget:
     # Its x86 kernels without VNNI sum u8 x s8 products in int16 pairs in the order of its own packing and
     # im2col, not checked to pair adjacent input channels as OpenVINO's do.
     pairs_input_channels = False
+    # Its QLinearConv takes one input scale and zero point (and its QDQ fusion rejects per-channel ones).
+    per_channel_depthwise_inputs = False
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""

@@ -30,6 +30,7 @@
                on every input no Concat reads or makes (the plugin computes a Concat of int8 inputs wrongly on some
                CPUs: bench/ov_int8_concat.py), runs both models with outputs() and keeps zero point 0 only
                when the outputs stay as close to float there (refinements/symmetric_activations.py)
+    depthwise  its depthwise convs take per-channel input qparams (axis 1; ranges.depthwise_inputs)
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
     check      the model compiled once: which conv/matmul layers the runtime graph executes in int8
                (execution_check.py); needs openvino, else the record says why it was not checked
@@ -99,6 +100,9 @@ class OpenVinoTarget:
     # Its x86 kernels without VNNI add the products of adjacent input channels in int16 pairs (checked
     # against the plugin in tests/targets/openvino): pair-limited weights are exact there.
     pairs_input_channels = True
+    # Its depthwise convs take per-channel input scales and zero points (the dequantization moves past the
+    # conv, one scale per output channel), as NNCF quantizes them: depthwise_inputs "per_channel" may be used.
+    per_channel_depthwise_inputs = True
 
     def outputs(self, model: ir.Model, feeds) -> list[dict[str, np.ndarray]]:
         """Each feed's graph outputs by name, computed by the CPU plugin (one thread) from the exported
