@@ -401,3 +401,16 @@ def test_reduction_axis_names_the_input_channels_of_each_contractions_operand():
     assert ops.reduction_axis(node("Gemm"), 1, 2) == 0 and ops.reduction_axis(node("Gemm", transB=1), 1, 2) == 1
     assert ops.reduction_axis(node("Gemm", transA=1), 0, 2) == 0
     assert ops.reduction_axis(node("Add"), 1, 2) is None and ops.reduction_axis(node("Conv"), 2, 1) is None
+
+
+def test_depthwise_channels_are_read_from_the_weight_shape_and_group():
+    def conv(w_shape, group):
+        n = ir.Node("", "Conv", [ir.Value(name="x"), ir.Value(name="w", shape=ir.Shape(w_shape))], num_outputs=1,
+                    attributes=[ir.AttrInt64("group", group)] if group else [])
+        return n
+
+    assert ops.depthwise_channels(conv([8, 1, 3, 3], 8)) == 8
+    assert ops.depthwise_channels(conv([16, 1, 3, 3], 8)) == 8  # channel multiplier 2
+    assert ops.depthwise_channels(conv([8, 2, 3, 3], 4)) is None  # grouped, two channels per group
+    assert ops.depthwise_channels(conv([8, 1, 3, 3], 0)) is None  # group 1: an ordinary conv of 1 channel
+    assert ops.depthwise_channels(conv(["M", 1, 3, 3], 8)) is None

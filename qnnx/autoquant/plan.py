@@ -221,8 +221,8 @@ def per_channel_depthwise_inputs(matches: list[PatternMatch]) -> list[PatternMat
             ok = (is_input and dw is not None and m.nodes[0].inputs[0] is t.value and not t.through
                   and shape is not None and len(shape) >= 3 and shape[1] == dw)
             members.setdefault(groups.get(t.value, t.value), []).append((t, ok))
-    sole = {r for r, ts in members.items() if all(ok for _, ok in ts)
-            and all(v is r for v, root in groups.items() if root is r)}
+    shared = {root for v, root in groups.items() if v is not root}
+    sole = {r for r, ts in members.items() if r not in shared and all(ok for _, ok in ts)}
     if not sole:
         return matches
     return [PatternMatch(m.pattern, m.nodes,

@@ -48,7 +48,7 @@ class QParamInputs:
     channels: int | None = None  # per-channel qparams (axis 1) of this many channels; None: per-tensor
 
 
-def _scalar_input(graph: ir.Graph, name: str, dtype: ir.DataType, channels: int | None = None) -> ir.Value:
+def _qparam_input(graph: ir.Graph, name: str, dtype: ir.DataType, channels: int | None = None) -> ir.Value:
     v = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([] if channels is None else [channels]))
     graph.inputs.append(v)
     return v
@@ -83,9 +83,9 @@ class SimulatedRewriter(AffineRewriter):
         graph = self.graph
         zp_type = self.dtype if self.standard else int_type("int32")
         channels = int(v.shape[1]) if v.name in self.per_channel else None
-        s = _scalar_input(graph, f"{v.name}.scale", ir.DataType.FLOAT, channels)
-        z = _scalar_input(graph, f"{v.name}.zero_point", zp_type.onnx, channels)
-        on = _scalar_input(graph, f"{v.name}.enabled", ir.DataType.BOOL)
+        s = _qparam_input(graph, f"{v.name}.scale", ir.DataType.FLOAT, channels)
+        z = _qparam_input(graph, f"{v.name}.zero_point", zp_type.onnx, channels)
+        on = _qparam_input(graph, f"{v.name}.enabled", ir.DataType.BOOL)
         b = Builder(graph, v.name)
         attrs = {"axis": 1} if channels is not None else {}
         out = b.op("Where", [on, self._pair(b, v, s, z, self.dtype, "activation", **attrs), v],
