@@ -198,16 +198,36 @@ def run_realize(state: QuantState) -> QuantState:
 def output_agreement(float_model: ir.Model, qdq: ir.Model, samples, reference=None) -> list[OutputAgreement]:
     """Each graph output of the QDQ model against the float model's on ``samples`` (or against
     ``reference``, metrics.float_outputs on them): a quantization gone wrong shows in the report, not
-    only in the user's own evaluation. Empty when ONNX Runtime cannot run the QDQ model."""
+    only in the user's own evaluation. Empty when ONNX Runtime cannot run the QDQ model
+    (:func:`measured_agreement` says why)."""
+    return measured_agreement(float_model, qdq, samples, reference)[0]
+
+
+def measured_agreement(float_model: ir.Model, qdq: ir.Model, samples,
+                       reference=None) -> tuple[list[OutputAgreement], str]:
+    """:func:`output_agreement`, and why the outputs could not be compared ("" when they were or there are
+    no samples): ONNX Runtime cannot load or run the QDQ model (16-bit types on an old opset...), which
+    leaves the model a valid result."""
     if not samples:
-        return []
+        return [], ""
     try:
         errors = compare_models(float_model, qdq, list(samples), outputs_only=True, reference=reference)
-    except QnnxError:  # a QDQ model ORT cannot run (16-bit types on an old opset...) is still a valid result
-        return []
+    except QnnxError as e:
+        return [], str(e)
     order = {v.name: i for i, v in enumerate(float_model.graph.outputs)}
     return [OutputAgreement(e.name, e.sqnr_db, e.cosine, len(samples), e.channel_cosine)
-            for e in sorted(errors, key=lambda e: order.get(e.name, len(order)))]
+            for e in sorted(errors, key=lambda e: order.get(e.name, len(order)))], ""
+
+
+@dataclass(frozen=True)
+class AgreementRecord:
+    """The agreement stage's record when the outputs could not be compared with float, and why."""
+
+    unmeasured: str
+
+    def lines(self) -> list[str]:
+        return [f"WARNING: the outputs were not compared with float (so not checked by the accuracy guard): "
+                f"{self.unmeasured}"]
 
 
 def reference_outputs(float_model: ir.Model, samples) -> list | None:
@@ -219,12 +239,16 @@ def reference_outputs(float_model: ir.Model, samples) -> list | None:
 
 
 def run_agreement(state: QuantState) -> QuantState:
-    """Each output against float, on the held-out samples when there are (else the refinement samples)."""
+    """Each output against float, on the held-out samples when there are (else the refinement samples); a
+    model whose outputs could not be compared gets a record saying why."""
     if state.validation is not None:
-        outputs = output_agreement(state.float_model, state.qdq, state.validation, list(state.validation_reference))
+        outputs, why = measured_agreement(state.float_model, state.qdq, state.validation,
+                                          list(state.validation_reference))
         state.report.outputs = [replace(o, held_out=True) for o in outputs]
     else:
-        state.report.outputs = output_agreement(state.float_model, state.qdq, state.samples)
+        state.report.outputs, why = measured_agreement(state.float_model, state.qdq, state.samples)
+    if why:
+        state.report.records["agreement"] = AgreementRecord(why)
     return state
 
 

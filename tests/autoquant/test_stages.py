@@ -191,3 +191,17 @@ def test_a_refinement_that_pushes_the_outputs_far_after_the_guard_is_undone_not_
     assert not state.report.far_outputs()
     with pytest.raises(QnnxError, match="far from the float model"):
         pipeline.run(main_model(), samples(6), QuantConfig(progress=False), refinements=(_Ruiner(),))
+
+
+def test_agreement_says_why_when_the_outputs_could_not_be_compared():
+    state = _upto("realize", _state())
+    stages.AGREEMENT(state)
+    assert state.report.outputs and "agreement" not in state.report.records
+    broken = state.qdq.clone()
+    node = next(n for n in broken.graph if n.op_type == "QuantizeLinear")
+    node.domain = "no.such.domain"  # ONNX Runtime cannot load it
+    scratch = replace(state, qdq=broken, report=QuantReport())
+    stages.AGREEMENT(scratch)
+    assert scratch.report.outputs == []
+    assert "not compared with float" in scratch.report.summary()
+    assert "ONNX Runtime cannot load" in scratch.report.records["agreement"].unmeasured
