@@ -19,8 +19,8 @@ the protocol's disjoint sets), the same samples calibrate
   (MatMul/Gemm weights GPTQ-rounded for their layer's output error too);
 - ``qnnx_pairs_gptq`` (only with ``--with-pairs-gptq``): both opt-ins (pair-limited MatMul/Gemm weights,
   GPTQ-rounded within the pair limit);
-- ``qnnx_dw_tensor`` (only with ``--with-per-tensor-depthwise``): the same with ``depthwise_inputs="per_tensor"``
-  (one range for a depthwise conv's input, as before per-channel depthwise inputs became the default there);
+- ``qnnx_dw_channel`` (only with ``--with-per-channel-depthwise``): the same with the opt-in
+  ``depthwise_inputs="per_channel"`` (a depthwise conv's input quantized per channel);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -78,7 +78,7 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
 QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"},
                 "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
                 "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"},
-                "qnnx_dw_tensor": {"depthwise_inputs": "per_tensor"}}
+                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
@@ -204,7 +204,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
                + (["qnnx_pairs"] if args.with_pairs else [])
                + (["qnnx_gptq_all"] if args.with_gptq_all else [])
                + (["qnnx_pairs_gptq"] if args.with_pairs_gptq else [])
-               + (["qnnx_dw_tensor"] if args.with_per_tensor_depthwise else [])
+               + (["qnnx_dw_channel"] if args.with_per_channel_depthwise else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
                                                                                  "seconds": []} for c in configs}}
@@ -300,11 +300,11 @@ def main() -> None:
                     help="also qnnx with weight_rounding='gptq_all' (MatMul/Gemm weights GPTQ-rounded too)")
     ap.add_argument("--with-pairs-gptq", action="store_true",
                     help="also qnnx with both: weight_bits='pairs' and weight_rounding='gptq_all'")
-    ap.add_argument("--with-per-tensor-depthwise", action="store_true",
-                    help="also qnnx with depthwise_inputs='per_tensor' (one range per depthwise conv input)")
+    ap.add_argument("--with-per-channel-depthwise", action="store_true",
+                    help="also qnnx with depthwise_inputs='per_channel' (depthwise conv inputs per channel)")
     ap.add_argument("--only", nargs="+",
                     help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all "
-                         "qnnx_pairs_gptq qnnx_dw_tensor qnnx_ort)")
+                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     ap.add_argument("--time-spec", help=argparse.SUPPRESS)  # one timing process of latency()
     args = ap.parse_args()

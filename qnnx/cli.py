@@ -396,8 +396,8 @@ def quantize(
         depthwise_inputs: Annotated[DepthwiseInputs, typer.Option(
             "--depthwise-inputs", rich_help_panel=_EXPERT,
             help="per_channel: a value read only by depthwise convs gets one min-max range per channel (--target "
-            "openvino, whose depthwise kernels take them); per_tensor: one range; auto: per channel where the "
-            "target takes it")] = DepthwiseInputs(_R.depthwise_inputs),
+            "openvino, whose depthwise kernels take them); per_tensor: one range"
+        )] = DepthwiseInputs(_R.depthwise_inputs),
         images: ImagePreprocess | None = None,
 ) -> None:
     from qnnx.analysis import compare_models

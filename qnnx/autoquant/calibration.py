@@ -30,7 +30,7 @@ from qnnx.autoquant.config import QuantConfig
 from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, silu_output
 from qnnx.autoquant.plan import Plan, activation_qparams, checked, permutation_of
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
-from qnnx.calibrate import ChannelsWithinTensor, ObserverConfig, QParams, make_observer
+from qnnx.calibrate import ObserverConfig, QParams, make_observer
 from qnnx.data import input_specs
 from qnnx.errors import QnnxError
 from qnnx.passes.lower import lower
@@ -73,8 +73,8 @@ def simulated(float_model: ir.Model, the_plan: Plan, config: QuantConfig) -> Sim
 
 def observers_for(the_plan: Plan, roots: list[ir.Value], config: QuantConfig) -> dict:
     """One observer per root, configured by what reads it (consumer function, reader weights, SiLU lobe); a
-    per-channel root (Plan.per_channel_roots: depthwise conv inputs) gets per-channel min-max ranges within
-    that observer's (ChannelsWithinTensor)."""
+    per-channel root (Plan.per_channel_roots: depthwise conv inputs) gets a per-channel min-max observer (each
+    channel's own range; why not clipped to the method's range for the tensor: docs/experiments.md)."""
     r = config.ranges
     base = ObserverConfig(method=r.method, dtype=config.activation_dtype, symmetric=config.activation_symmetric,
                           percentile=r.percentile, channel_balance=float(r.channel_balance))
@@ -83,12 +83,14 @@ def observers_for(the_plan: Plan, roots: list[ir.Value], config: QuantConfig) ->
     per_channel = the_plan.per_channel_roots()
 
     def root_config(v: ir.Value) -> ObserverConfig:
+        if v in per_channel:
+            return ObserverConfig(method="minmax", dtype=config.activation_dtype,
+                                  symmetric=config.activation_symmetric, axis=1)
         cfg = base if v in shared else replace(base, consumer=consumer_function(v, r.consumer_functions),
                                                channel_weights=reader_weight_norms(v) if weighting else None)
         return replace(cfg, negative_lobe=r.silu_lobe) if r.silu_lobe and silu_output(v) else cfg
 
-    observers = {v: make_observer(root_config(v)) for v in roots}
-    return {v: ChannelsWithinTensor(o) if v in per_channel else o for v, o in observers.items()}
+    return {v: make_observer(root_config(v)) for v in roots}
 
 
 def observe(model: ir.Model | Simulated, the_plan: Plan, data, config: QuantConfig, observers: dict | None = None,

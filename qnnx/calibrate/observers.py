@@ -482,56 +482,6 @@ class MinMaxObserver(Observer):
         return self._min, self._max
 
 
-class ChannelsWithinTensor:
-    """Per-channel ranges (min-max along ``axis``) each clipped to the range a per-tensor observer chooses
-    (any method): every channel clips exactly what the per-tensor qparams would clip of it, on a grid at
-    least as fine. For a value whose reader takes per-channel qparams (a depthwise conv) that is never
-    worse than the per-tensor qparams, channel by channel; plain per-channel min-max can be (a channel
-    with an outlier the per-tensor method clips). observe / merge / compute_qparams, like an Observer."""
-
-    def __init__(self, tensor: "Observer", axis: int = 1):
-        if tensor.config.axis is not None:
-            raise QnnxError("ChannelsWithinTensor needs a per-tensor observer to clip the channels' ranges to")
-        c = tensor.config
-        self.tensor = tensor
-        self.channels = MinMaxObserver(ObserverConfig(method="minmax", dtype=c.dtype, symmetric=c.symmetric,
-                                                      reduce_range=c.reduce_range, axis=axis))
-        self.config = self.channels.config
-
-    @property
-    def partition_invariant(self) -> bool:
-        return self.tensor.partition_invariant
-
-    @property
-    def batch_statistics(self) -> bool:
-        return self.tensor.batch_statistics
-
-    @property
-    def num_observed(self) -> int:
-        return self.channels.num_observed
-
-    def observe(self, x) -> None:
-        self.tensor.observe(x)
-        self.channels.observe(x)
-
-    def merge(self, other: "ChannelsWithinTensor") -> None:
-        if not isinstance(other, ChannelsWithinTensor):
-            raise QnnxError(f"can only merge a ChannelsWithinTensor, got {type(other).__name__}")
-        self.tensor.merge(other.tensor)
-        self.channels.merge(other.channels)
-
-    def compute_range(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each channel's ``(lo, hi)`` clipped to the per-tensor observer's range (float64, shape ``(C,)``)."""
-        lo_t, hi_t = self.tensor.compute_range()
-        lo_c, hi_c = self.channels.compute_range()
-        return np.clip(lo_c, lo_t, hi_t), np.clip(hi_c, lo_t, hi_t)
-
-    def compute_qparams(self) -> QParams:
-        lo, hi = self.compute_range()
-        c = self.config
-        return qparams_from_range(lo, hi, c.dtype, c.symmetric, c.reduce_range, c.axis)
-
-
 @register_observer("moving_average")
 class MovingAverageObserver(Observer):
     """Exponential moving average of the per-batch min and max (per channel with ``axis``).

@@ -1,6 +1,6 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name``, three flags and four methods, the only runtime-specific code of automatic quantization:
+A target has a ``name``, four flags and four methods, the only runtime-specific code of automatic quantization:
 
     execution(facts) -> Int8Execution  how it executes a pattern match (execution.MatchFacts: its kind,
                                        its anchor's op type, ...): quantized whole, inputs only (float
@@ -55,15 +55,15 @@ def weight_grid(target_name: str, weight_bits: int | str) -> WeightGrid:
 
 
 def per_channel_depthwise(target_name: str, depthwise_inputs: str, per_channel_weights: bool) -> bool:
-    """Whether depthwise conv inputs get per-channel qparams under ``depthwise_inputs``: "per_channel" (a
-    :class:`QnnxError` unless the target's depthwise kernels take them and the weights are per-channel, as the
-    int32 accumulator's scale is then one input channel's times one weight channel's), "auto" (wherever
-    that holds) or "per_tensor"."""
-    takes = target(target_name).per_channel_depthwise_inputs
-    if depthwise_inputs == "per_channel":
-        if not takes:
-            raise QnnxError(f"depthwise_inputs 'per_channel' needs a target whose depthwise convs take per-channel "
-                            f"input qparams (openvino); {target_name}'s take one scale and zero point")
-        if not per_channel_weights:
-            raise QnnxError("depthwise_inputs 'per_channel' needs per-channel weights (per_channel=True)")
-    return depthwise_inputs == "per_channel" or (depthwise_inputs == "auto" and takes and per_channel_weights)
+    """Whether depthwise conv inputs get per-channel qparams under ``depthwise_inputs`` ("per_tensor" or
+    "per_channel"); "per_channel" is a :class:`QnnxError` unless the target's depthwise kernels take them and
+    the weights are per-channel (the int32 accumulator's scale is then one input channel's times one weight
+    channel's)."""
+    if depthwise_inputs != "per_channel":
+        return False
+    if not target(target_name).per_channel_depthwise_inputs:
+        raise QnnxError(f"depthwise_inputs 'per_channel' needs a target whose depthwise convs take per-channel "
+                        f"input qparams (openvino); {target_name}'s take one scale and zero point")
+    if not per_channel_weights:
+        raise QnnxError("depthwise_inputs 'per_channel' needs per-channel weights (per_channel=True)")
+    return True

@@ -976,28 +976,3 @@ def test_mse_negative_lobe_leaves_a_wide_negative_side_to_mse(silu_like):
 def test_negative_lobe_is_validated(value):
     with pytest.raises(QnnxError, match=re.escape("negative_lobe must be in [0, 1)")):
         ObserverConfig(method="mse", negative_lobe=value)
-
-
-def test_channels_within_tensor_clips_each_channels_min_max_to_the_tensor_observers_range():
-    from qnnx.calibrate import ChannelsWithinTensor
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(0, 1, (64, 3, 8, 8)).astype(np.float32) * np.array([10.0, 1.0, 0.01], np.float32).reshape(1, 3, 1, 1)
-    x[0, 0, 0, 0] = 500.0  # an outlier the percentile observer clips
-    tensor = make_observer(ObserverConfig(method="percentile", percentile=99.9))
-    obs = ChannelsWithinTensor(tensor)
-    for batch in np.split(x, 4):
-        obs.observe(batch)
-    lo_t, hi_t = tensor.compute_range()
-    lo, hi = obs.compute_range()
-    assert hi[0] == hi_t and hi_t < 100  # the loud channel keeps the tensor's clipping
-    np.testing.assert_allclose([lo[2], hi[2]], [x[:, 2].min(), x[:, 2].max()], rtol=1e-6)  # the quiet one its own
-    qp = obs.compute_qparams()
-    assert qp.axis == 1 and np.asarray(qp.scale).shape == (3,)
-    assert float(np.asarray(qp.scale)[2]) < float(tensor.compute_qparams().scale) / 100
-    other = ChannelsWithinTensor(make_observer(ObserverConfig(method="minmax")))
-    with pytest.raises(QnnxError, match="per-tensor observer"):
-        ChannelsWithinTensor(make_observer(ObserverConfig(method="minmax", axis=1)))
-    other.observe(x[:8])
-    with pytest.raises(QnnxError, match="ChannelsWithinTensor"):
-        other.merge(tensor)

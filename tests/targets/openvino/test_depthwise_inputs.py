@@ -57,28 +57,15 @@ def _float_ranges(model):
 
 
 def test_a_depthwise_input_gets_one_min_max_range_per_channel():
-    qm = _quantized(method="minmax")  # (other methods: each channel's range clipped to the method's, below)
+    qm = _quantized()  # whatever the method: each channel's own min and max
     q, dq = qdq_of(qm.qdq, "m")
     assert q.attributes["axis"].value == 1 and dq.attributes["axis"].value == 1
     scale, zp = qparams_of(q)
     lo, hi = _float_ranges(qm.float_model)
     np.testing.assert_allclose(scale, (hi - lo) / 255, rtol=1e-5)
     np.testing.assert_array_equal(zp, np.clip(np.round(-lo / scale), 0, 255).astype(np.uint8))
-    per_tensor = qparams_of(qdq_of(_quantized("per_tensor", method="minmax").qdq, "m")[0])[0]
+    per_tensor = qparams_of(qdq_of(_quantized("per_tensor").qdq, "m")[0])[0]
     assert per_tensor.size == 1 and scale.min() < per_tensor / 1000  # the quiet channels keep their levels
-
-
-def test_each_channels_range_stays_within_the_range_the_method_chooses_for_the_tensor():
-    scale, zp = qparams_of(qdq_of(_quantized().qdq, "m")[0])  # mse
-    t_scale, t_zp = qparams_of(qdq_of(_quantized("per_tensor").qdq, "m")[0])
-    t_lo, t_hi = (0 - int(t_zp)) * float(t_scale), (255 - int(t_zp)) * float(t_scale)
-    lo, hi = (0 - zp.astype(np.int64)) * scale, (255 - zp.astype(np.int64)) * scale
-    assert np.all(scale <= t_scale * (1 + 1e-6))  # never a coarser grid than the tensor's
-    assert np.all(lo >= t_lo - t_scale) and np.all(hi <= t_hi + t_scale)  # never a wider range
-    m_lo, m_hi = _float_ranges(_quantized().float_model)
-    loudest = int(np.argmax(m_hi))
-    assert m_hi[loudest] > t_hi + t_scale  # mse clips the loudest channel: so does its per-channel range
-    assert hi[loudest] < m_hi[loudest] - t_scale
 
 
 def test_a_value_read_by_another_conv_too_keeps_one_range():
