@@ -131,6 +131,15 @@ def check_zero_point(zero_point, dtype: IntType, name: str = "zero_point") -> np
     return z
 
 
+def depthwise_per_output(p, n_out: int) -> np.ndarray:
+    """A depthwise conv's per-input-channel values ``p`` (C of them: x's scales or zero points) for each of its
+    ``n_out`` output channels: output channel o reads input channel ``o // (n_out / C)``."""
+    p = np.asarray(p).reshape(-1)
+    if n_out % p.size:
+        raise QnnxError(f"{n_out} output channels cannot read {p.size} input channels depthwise")
+    return np.repeat(p, n_out // p.size)
+
+
 def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
     if not -ndim <= axis < ndim:
         raise QnnxError(f"{name}={axis} is out of range for a rank-{ndim} tensor")

@@ -823,3 +823,10 @@ def test_pair_limited_scales_round_no_pair_over_the_limit_even_at_the_bound():
     scale = numerics.pair_limited_scale(w, 1, 0)
     q = numerics.quantize(w, scale, 0, axis=1)
     assert numerics.same_sign_pair_sums(q, 0).max() <= numerics.U8S8_PAIR_LIMIT
+
+
+def test_depthwise_per_output_gives_each_output_channel_its_input_channels_value():
+    np.testing.assert_array_equal(numerics.depthwise_per_output([1, 2, 3], 6), [1, 1, 2, 2, 3, 3])
+    np.testing.assert_array_equal(numerics.depthwise_per_output(np.array([5]), 3), [5, 5, 5])
+    with pytest.raises(QnnxError, match="cannot read 4 input channels depthwise"):
+        numerics.depthwise_per_output(np.zeros(4), 6)

@@ -208,8 +208,8 @@ def per_channel_depthwise_inputs(matches: list[PatternMatch]) -> list[PatternMat
     """``matches`` with the activation input of each depthwise conv marked per channel (axis 1) where the
     value is read quantized by depthwise convs only, directly, and shares its qparams with no other value:
     each output channel of a depthwise conv reads one input channel, so its int32 accumulator keeps one
-    scale (``x_scale[c] * w_scale[o]``). A depthwise conv reads a hard-swish or BatchNorm-scaled map whose
-    channels can differ in range by 20x or more; one scale leaves the narrow ones a few levels."""
+    scale (``x_scale[c] * w_scale[o]``). A depthwise conv often reads a hard-swish or BatchNorm-scaled map whose
+    channels differ widely in range; one scale leaves the narrow ones few levels."""
     groups = share_groups(matches)
     members: dict[ir.Value, list[tuple[Target, bool]]] = {}
     for m in matches:

@@ -132,11 +132,7 @@ def per_output_channel(x_scale, n_out: int) -> np.ndarray:
     """The input scale in the accumulator of each of ``n_out`` output channels: ``x_scale`` itself (float32
     scalar) when per-tensor; per channel (a depthwise conv's input, C channels) channel ``o // (n_out / C)``'s."""
     xs = np.asarray(x_scale, np.float32)
-    if xs.size == 1:
-        return np.float32(xs.reshape(()))
-    if n_out % xs.size:
-        raise AssertionError(f"{n_out} output channels do not read {xs.size} per-channel inputs depthwise")
-    return np.repeat(xs.reshape(-1), n_out // xs.size)
+    return np.float32(xs.reshape(())) if xs.size == 1 else numerics.depthwise_per_output(xs, n_out)
 
 
 def int32_bias_scale(x_scale, w_scale, shape) -> np.ndarray:
@@ -213,7 +209,7 @@ class AffineRewriter:
         self.grid = weight_grid(config.target, config.weight_bits)
         self.handles: dict[str, object] = {}  # activation name -> its qparams (or their graph inputs), once in
         # Activations quantized per channel (axis 1): depthwise conv inputs (plan.per_channel_depthwise_inputs).
-        self.per_channel = {t.value.name for m in plan.matches for t in m.inputs if t.per_channel}
+        self.per_channel = {v.name for v in plan.per_channel_roots()}
         # Values quantized as pattern inputs but computed by a float op: only the pattern nodes read the DQ.
         produced = {t.value.name for match in plan.matches for t in match.outputs}
         self.readers: dict[str, set[str]] = {}

@@ -59,7 +59,6 @@ class SimulatedRewriter(AffineRewriter):
         super().__init__(float_model, plan, config)
         self.inputs: dict[str, QParamInputs] = {}
         self.enabled: dict[str, ir.Value] = {}  # scale input name -> the same value's enabled input
-        self.channels: dict[str, int] = {}  # per-channel scale input name -> its channels
         self.dtype = int_type(config.activation_dtype)
         self.standard = standard
 
@@ -95,17 +94,15 @@ class SimulatedRewriter(AffineRewriter):
         insert_after(graph, v, b.nodes, out, readers)  # a graph output's name moves to ``out``
         self.inputs[name] = QParamInputs(s.name, z.name, on.name, v.name, zp_type.name, self.dtype.name, channels)
         self.enabled[s.name] = on
-        if channels is not None:
-            self.channels[s.name] = channels
         return s
 
     def _per_output(self, b: Builder, x: ir.Value, n_out: int) -> ir.Value:
-        """The input scale ``x`` in each of ``n_out`` output channels' accumulator (qdq.per_output_channel):
-        ``x`` itself when per-tensor, else channel o // (n_out / C) of it."""
-        channels = self.channels.get(x.name)
-        if channels is None:
+        """The input scale ``x`` (a scale input: a scalar, or 1-D of C for a per-channel depthwise input) in each
+        of ``n_out`` output channels' accumulator (qdq.per_output_channel)."""
+        if len(x.shape) == 0:
             return x
-        index = b.const((np.arange(n_out) // (n_out // channels)).astype(np.int64), "input_channel_of_output")
+        index = b.const(numerics.depthwise_per_output(np.arange(x.shape[0], dtype=np.int64), n_out),
+                        "input_channel_of_output")
         out = b.op("Gather", [x, index], axis=0, hint="input_scale_per_output")
         out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([n_out])
         return out

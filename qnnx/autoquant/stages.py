@@ -161,7 +161,7 @@ def run_plan(state: QuantState) -> QuantState:
     runtime = target(config.target)
     the_plan = for_target(plan(state.float_model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
                           per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel))
-    if not the_plan.matches and not state.config.allow_float:
+    if not the_plan.matches and not config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions
     return replace(state, exclusions=exclusions, plan=the_plan)

@@ -246,7 +246,7 @@ def _accumulator_type(x: AffineType, w_scale: np.ndarray, channel_axis: int, n_o
     """The int32 accumulator of an int8 x int8 product: scale x_scale * w_scale (per output
     channel on ``channel_axis`` when the weights are per-channel), zero point 0. A per-channel ``x`` (a
     depthwise conv's input) gives each of the ``n_out`` output channels its input channel's scale."""
-    xs = x.scale if x.per_tensor else np.repeat(x.scale, n_out // x.scale.size)
+    xs = x.scale if x.per_tensor else numerics.depthwise_per_output(x.scale, n_out)
     scale = (xs * np.asarray(w_scale, np.float32)).astype(np.float32)
     return AffineType(scale, np.zeros(scale.shape, np.int64), INT32, channel_axis if scale.size > 1 else None)
 

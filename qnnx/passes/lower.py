@@ -296,7 +296,7 @@ def _minus_channel_zero_points(b: Builder, x: ir.Value, xz: np.ndarray, w: ir.Va
     n_out = w.shape[0] if w.shape is not None else None
     if not isinstance(n_out, int):
         raise QnnxError("per-channel x zero points need a known weight shape to lower")
-    per_out = np.repeat(xz, n_out // xz.size).astype(np.int32).reshape(1, -1, *([1] * (len(w.shape) - 2)))
+    per_out = numerics.depthwise_per_output(xz, n_out).astype(np.int32).reshape(1, -1, *([1] * (len(w.shape) - 2)))
     return b.op("Sub", [acc, b.op("Mul", [taps, b.const(per_out, "x_zero_points")])], hint="xz_corrected")
 
 
