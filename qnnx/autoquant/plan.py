@@ -26,6 +26,7 @@ from qnnx.autoquant.patterns import MatchFail, PatternMatch, Target, is_float_ac
 from qnnx.autoquant.report import Decision
 from qnnx.calibrate import QParams, qparams_from_range, quant_range
 from qnnx.errors import QnnxError
+from qnnx.targets import per_channel_depthwise, target
 from qnnx.targets.execution import MatchFacts
 
 @dataclass
@@ -167,14 +168,25 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
     return Plan(matches, share_groups(matches), decisions)
 
 
-def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depthwise: bool = False) -> Plan:
+def target_plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = None) -> Plan:
+    """:func:`plan` as ``config.target`` executes it (:func:`for_target` with that target's facts): what the
+    plan stage and every re-planning refinement use, so both shape a model alike."""
+    runtime = target(config.target)
+    return for_target(plan(model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
+                      per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel),
+                      runtime.unsigned_readers)
+
+
+def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depthwise: bool = False,
+               unsigned_readers: tuple[str, ...] = ()) -> Plan:
     """The plan as a target executes it: ``execution(facts)`` (a target's
     :class:`~qnnx.targets.execution.Int8Execution` for a match's :func:`match_facts`). A match the target
     runs in float is dropped, its decision saying why; one it runs with integer inputs and a float output
-    loses its output qparams (its readers quantize the value when they are integer themselves). ``hoist``:
-    the target wants quantizers above data movement (:func:`hoist_quantizers`); ``per_channel_depthwise``:
-    depthwise conv inputs per channel (:func:`per_channel_depthwise_inputs`). ``the_plan`` itself when
-    nothing changes."""
+    loses its output qparams (its readers quantize the value when they are integer themselves); one whose
+    inputs it wants with zero point 0 gets them, but on a value an op of ``unsigned_readers`` (ops the target
+    computes wrongly on int8) reads or makes through data movement. ``hoist``: the target wants quantizers
+    above data movement (:func:`hoist_quantizers`); ``per_channel_depthwise``: depthwise conv inputs per
+    channel (:func:`per_channel_depthwise_inputs`). ``the_plan`` itself when nothing changes."""
     by_anchor = {d.node: d for d in the_plan.decisions}
     matches, changed = [], False
     for m in the_plan.matches:
@@ -188,8 +200,9 @@ def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depth
             if d is not None:
                 d.quantized, d.pattern, d.reason = False, None, how.why or "the target runs it in float"
             continue
-        inputs = tuple(replace(t, zero_point_zero=True) if how.zero_point_inputs and t.role == "activation" else t
-                       for t in m.inputs)
+        inputs = tuple(replace(t, zero_point_zero=True)
+                       if how.zero_point_inputs and t.role == "activation" and not unsigned(t.value, unsigned_readers)
+                       else t for t in m.inputs)
         matches.append(PatternMatch(m.pattern, m.nodes, inputs, (), m.bias))
         if d is not None and m.outputs:
             d.reason += "; float output (the target's integer kernel dequantizes it)"
@@ -202,6 +215,13 @@ def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depth
         changed = changed or marked != matches
         matches = marked
     return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
+
+
+def unsigned(v: ir.Value, op_types: tuple[str, ...]) -> bool:
+    """Whether an op of ``op_types`` reads or makes ``v``'s values, directly or through data movement (where a
+    hoisted quantize would sit): such a value keeps a uint8 grid on a target computing those ops wrongly on
+    int8."""
+    return bool(op_types) and (ops.readers_through(v, op_types) or ops.made_through(v, op_types))
 
 
 def per_channel_depthwise_inputs(matches: list[PatternMatch]) -> list[PatternMatch]:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
-from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, for_target, plan
+from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, target_plan
 from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
 from qnnx.autoquant.qdq import realize_qdq
@@ -32,7 +32,7 @@ from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
 from qnnx.metrics import compare_models, float_outputs
-from qnnx.targets import per_channel_depthwise, target
+from qnnx.targets import target
 
 
 PREPARE_CHECK_SAMPLES = 2  # samples the prepared model is checked against the original on
@@ -158,9 +158,7 @@ def run_plan(state: QuantState) -> QuantState:
     # what the target executes in integer: ONNX Runtime every match whole, OpenVINO the inputs of contractions,
     # pools and residual adds, quantized above data movement
     config = state.config
-    runtime = target(config.target)
-    the_plan = for_target(plan(state.float_model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
-                          per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel))
+    the_plan = target_plan(state.float_model, config, exclusions)
     if not the_plan.matches and not config.allow_float:
         raise nothing_quantized(the_plan)  # before calibrating: the runner would only find it out after
     state.report.decisions = the_plan.decisions

@@ -1,6 +1,7 @@
 """Deployment targets: how the logical QDQ model is shaped, checked and timed for one runtime.
 
-A target has a ``name``, four flags and four methods, the only runtime-specific code of automatic quantization:
+A target has a ``name`` (and a ``label`` for messages), five flags and four methods, the only runtime-specific
+code of automatic quantization:
 
     execution(facts) -> Int8Execution  how it executes a pattern match (execution.MatchFacts: its kind,
                                        its anchor's op type, ...): quantized whole, inputs only (float
@@ -8,9 +9,10 @@ A target has a ``name``, four flags and four methods, the only runtime-specific 
     hoists_quantizers                  whether quantizers go above data movement whose readers all read
                                        quantized values (``autoquant.plan.hoist_quantizers``)
     zero_point_zero_faster             whether its kernels run inputs with zero point 0 faster; such a target
-                                       also has ``unsigned_readers`` (op types it computes wrongly on int8
-                                       inputs) and ``outputs(model, feeds)`` (the outputs by name its runtime
+                                       also has ``outputs(model, feeds)`` (the outputs by name its runtime
                                        computes), for the symmetric_activations refinement
+    unsigned_readers                   op types it computes wrongly on int8 inputs: a value they read or make
+                                       keeps a uint8 grid where zero point 0 is asked for
     pairs_input_channels               whether its x86 int8 kernels sum products of adjacent input channels in
                                        int16 pairs (checked), so pair-limited weights (weight_bits "pairs") are
                                        exact there

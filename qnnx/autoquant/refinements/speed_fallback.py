@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.patterns import PatternMatch, pattern_named
-from qnnx.autoquant.plan import Plan, for_target, plan
+from qnnx.autoquant.plan import Plan, target_plan
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.errors import QnnxError
@@ -141,10 +141,12 @@ class SpeedChoice:
 
 def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable[[list[PatternMatch]], ir.Model],
            feed: dict, *, timer: Timer, progress: bool = False, qdq: ir.Model | None = None,
-           budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS, auto: bool = False) -> SpeedChoice:
+           budget_s: float = BUDGET_S, max_timings: int = MAX_TIMINGS, auto: bool = False,
+           runtime: str = "ONNX Runtime") -> SpeedChoice:
     """Greedy search over kinds of matches to leave float (module docstring). ``realize(keep)``
     builds the QDQ model of a subset of ``matches``; ``qdq`` is the all-int8 model when already built.
-    ``auto``: stop early where the search cannot pay (:data:`AUTO_INT8_SPEEDUP`, :data:`AUTO_MIN_FLOAT_MS`)."""
+    ``auto``: stop early where the search cannot pay (:data:`AUTO_INT8_SPEEDUP`, :data:`AUTO_MIN_FLOAT_MS`);
+    ``runtime``: what ``timer`` runs on, as the reasons name it."""
     started = time.perf_counter()
     say = (lambda msg: print(f"speed: {msg}", file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     timings = 0
@@ -214,7 +216,7 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
             continue  # nothing left int8: that is the float model, compared last
         if not affordable(f"{kind} and later kinds"):
             break
-        if trial(kind, group, lambda i, t: f"speed: int8 {kind} measured slower than float on ONNX Runtime "
+        if trial(kind, group, lambda i, t: f"speed: int8 {kind} measured slower than float on {runtime} "
                  f"(model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms with every {kind} float)"):
             best = models[-1]
     # Kinds that each helped a little (below the margin) may help together: a float island costs a
@@ -223,14 +225,14 @@ def choose(float_model: ir.Model, matches: list[PatternMatch], realize: Callable
     group = {i for i, k in enumerate(kinds) if k in hopeful}
     if len(hopeful) > 1 and len(excluded | group) < len(matches) and affordable(" + ".join(hopeful)):
         label = " + ".join(hopeful)
-        if trial(label, group, lambda i, t: f"speed: int8 {kinds[i]} measured slower than float on ONNX Runtime "
+        if trial(label, group, lambda i, t: f"speed: int8 {kinds[i]} measured slower than float on {runtime} "
                  f"with {label} float together (model {t.before_ms:.3f} ms -> {t.after_ms:.3f} ms)"):
             best = models[-1]
     final_float_ms, final_ms = timed(float_model, best, repeats)
     whole_float = final_ms > final_float_ms * (1 - MARGIN)
     if whole_float:
         why = (f"speed: the fastest int8 variant ({final_ms:.3f} ms) is not {MARGIN:.0%} faster than float "
-               f"({final_float_ms:.3f} ms) on ONNX Runtime: whole model kept float")
+               f"({final_float_ms:.3f} ms) on {runtime}: whole model kept float")
         reasons.update({i: why for i in range(len(matches)) if i not in reasons})
     say(f"{'whole model float' if whole_float else 'int8'}: float {final_float_ms:.3f} ms, best int8 "
         f"{final_ms:.3f} ms ({final_float_ms / final_ms:.2f}x); {timings} timings, "
@@ -293,9 +295,7 @@ class SpeedFallback(Refinement):
             # before, with the same group.
             kept = {m.nodes[0].name: activations(m) for m in keep}
             floats = [n.name for m in the_plan.matches if m.nodes[0].name not in kept for n in m.nodes]
-            runtime = target(config.target)
-            replanned = for_target(plan(state.float_model, config, state.exclusions.with_nodes(floats)),
-                                   runtime.execution, runtime.hoists_quantizers)
+            replanned = target_plan(state.float_model, config, state.exclusions.with_nodes(floats))
             return the_plan.keeping([m for m in replanned.matches if kept.get(m.nodes[0].name) == activations(m)])
 
         def realize(keep: list[PatternMatch]) -> ir.Model:
@@ -306,7 +306,7 @@ class SpeedFallback(Refinement):
         else:
             choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
                             timer=self.timer or target(config.target).timer, progress=config.progress, qdq=state.qdq,
-                            auto=config.refinements.speed_fallback == "auto")
+                            auto=config.refinements.speed_fallback == "auto", runtime=target(config.target).label)
         if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
             return None, choice.report  # every match stays int8
         reasons = dict(choice.reasons)

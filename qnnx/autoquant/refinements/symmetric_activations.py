@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from qnnx import ops
+from qnnx.autoquant.plan import unsigned as unsigned_value
 from qnnx.autoquant.plan import with_zero_point_zero, zero_point_zero, zero_point_zero_qparams
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
@@ -93,15 +93,14 @@ class SymmetricActivations(Refinement):
 
     def apply(self, state):
         runtime = target(state.config.target)
-        unsigned, groups, qparams = runtime.unsigned_readers, state.plan.groups, state.qparams
+        groups, qparams = state.plan.groups, state.qparams
 
         def step(t) -> float | None:
             """How many times coarser zero point 0 makes ``t``'s grid; None when its qparams would not move
             or an op the runtime gets wrong on int8 reads or makes it (through data movement, which covers
             the nodes a hoisted quantize sits above, ``t.through``)."""
             qp = qparams.get(groups.get(t.value, t.value).name)
-            if (qp is None or zero_point_zero(qp) == qp or ops.readers_through(t.value, unsigned)
-                    or ops.made_through(t.value, unsigned)):
+            if qp is None or zero_point_zero(qp) == qp or unsigned_value(t.value, runtime.unsigned_readers):
                 return None
             return coarsening(qp)
 

@@ -61,9 +61,11 @@ class OnnxRuntimeRecord:
 
 class OnnxRuntimeTarget:
     name = "onnxruntime"
+    label = "ONNX Runtime"
 
     hoists_quantizers = False  # every pattern's output is quantized where it is made
     zero_point_zero_faster = False  # its u8 x s8 kernels take zero points at no cost
+    unsigned_readers: tuple[str, ...] = ()  # no op it computes wrongly on int8 inputs
     # Its x86 kernels without VNNI sum u8 x s8 products in int16 pairs in the order of its own packing and
     # im2col, not checked to pair adjacent input channels as OpenVINO's do.
     pairs_input_channels = False

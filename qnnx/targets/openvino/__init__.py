@@ -90,6 +90,7 @@ class OpenVinoRecord:
 
 class OpenVinoTarget:
     name = "openvino"
+    label = "OpenVINO"
     hoists_quantizers = True
     # Its kernels run inputs with zero point 0 (int8 symmetric) faster than uint8 ones with a zero point
     # (docs/benchmarks.md): the symmetric_activations refinement tries it, measured with outputs().

@@ -285,3 +285,24 @@ def test_real_onnx_runtime_run():
     assert has_qdq is not s.whole_model_float
     if not s.whole_model_float:  # kept int8 only when measured faster than float by the margin
         assert s.final_ms <= s.final_float_ms * (1 - speed.MARGIN)
+
+
+def test_a_re_planned_model_keeps_the_targets_per_channel_depthwise_inputs():
+    # x -> pw + relu -> dw -> relu -> 3x3 conv c -> y on OpenVINO with per-channel depthwise inputs: the fallback
+    # re-plans without c as the plan stage planned (the dw conv's input still per channel).
+    rng = np.random.default_rng(4)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    pw = g.node("Conv", [x, g.const(conv_weight(rng, 8, 4, k=1), "w_pw")], name="pw", out="pw_out")
+    r = g.node("Relu", [pw], name="relu", out="r")
+    dw = g.node("Conv", [r, g.const((rng.standard_normal((8, 1, 3, 3)) * 0.3).astype(np.float32), "w_dw")],
+                name="dw", group=8, pads=[1, 1, 1, 1], out="dw_out")
+    r2 = g.node("Relu", [dw], name="relu2", out="r2")
+    g.node("Conv", [r2, g.const(conv_weight(rng, 4, 8), "w_c")], name="c", pads=[1, 1, 1, 1], out="y")
+    costs = {"pw": (2, 1), "dw": (10, 1), "c": (1, 5)}
+    qm = _quantize_timed(_fake_timer(costs), g.model("y"), CALIB, target="openvino", depthwise_inputs="per_channel")
+    d = _decisions(qm)
+    assert not d["c"].quantized and d["dw"].quantized
+    assert d["c"].reason.startswith("speed: int8 conv measured slower than float on OpenVINO")
+    dq = nodes_by_name(qm.qdq)["dw"].inputs[0].producer()
+    assert dq.op_type == "DequantizeLinear" and dq.inputs[1].const_value.numpy().shape == (8,)

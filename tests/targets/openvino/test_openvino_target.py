@@ -65,6 +65,7 @@ def test_openvino_quantizes_binary_ops_of_two_signals_only():
     assert ov.execution(MatchFacts("binary", "Mul", 2, gates_itself=True)).inputs is False  # SiLU's gate
     assert ov.execution(MatchFacts("binary", "Mul", 2)).inputs is True  # a squeeze-excitation scale
     assert ov.execution(MatchFacts("binary", "Add", 2)).inputs is True  # a residual add
+    assert not ov.execution(MatchFacts("binary", "Add", 2)).zero_point_inputs
     assert ov.execution(MatchFacts("elementwise", "Sigmoid")).inputs is False
     assert ov.execution(MatchFacts("matmul/gemm", "MatMul", 2, input_ops=("Mul", "Transpose"))).zero_point_inputs
     assert not ov.execution(MatchFacts("matmul/gemm", "MatMul", 2, input_ops=("Softmax", "Reshape"))).inputs
@@ -146,6 +147,31 @@ def test_openvino_gives_queries_and_keys_zero_points_0_and_leaves_probabilities_
     assert zero["x"][0] == np.uint8  # the projections' input keeps its calibrated zero point
     why = {d.node: d for d in qm.report.decisions}
     assert not why["context"].quantized and "probabilities" in why["context"].reason
+
+
+def test_a_value_a_concat_makes_keeps_its_zero_point_where_zero_point_0_is_asked_for():
+    # keys made by a Concat (a cache of past keys, say): OpenVINO computes a Concat of int8 inputs wrongly on
+    # some CPUs (bench/ov_int8_concat.py), so they keep uint8 with their zero point; the queries get zero point 0
+    rng = np.random.default_rng(5)
+    g = Graph()
+    x = g.input("x", [1, 6, 8])
+    q = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wq")], name="q", out="q_out")
+    k1 = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk1")], name="k1", out="k1_out")
+    k2 = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk2")], name="k2", out="k2_out")
+    k = g.node("Concat", [k1, k2], name="cat", axis=1, out="k_out")
+    kt = g.node("Transpose", [k], name="kt", perm=[0, 2, 1], out="kt_out")
+    g.node("MatMul", [q, kt], name="scores", out="y")
+    qm = qnnx.quantize(g.model("y"), samples(8, shape=(1, 6, 8)),
+                       config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
+                                          bias_correction="off"))
+    zero = {}
+    for n in qm.qdq.graph:
+        if n.op_type == "QuantizeLinear":
+            _, zp = qparams_of(n)
+            zero[n.inputs[0].name] = (zp.dtype, int(zp))
+    assert zero["q_out"] == (np.int8, 0)
+    keys = [zero[v] for v in ("k1_out", "k2_out", "k_out") if v in zero]
+    assert keys and all(dtype == np.uint8 for dtype, _ in keys)
 
 
 def test_zero_point_zero_keeps_the_range_with_zero_point_0():
@@ -286,6 +312,7 @@ def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form
 
 
 # --------------------------------------------------------------------------- int16 pair sums on the plugin
+# (compiled with precision f32: on a CPU with bf16 the plugin's default would round the integer outputs)
 
 
 def _integer_conv(w: np.ndarray, hw: int = 5, group: int = 1):
@@ -336,7 +363,7 @@ def test_the_plugin_sums_adjacent_input_channels_as_numerics_models_it(c_in, k):
     w[:, :2] = 127  # a same-sign pair at its largest: 255 * 127 * 2 does not fit int16
     x = rng.integers(0, 256, (1, c_in, 5, 5))
     x[:, :2] = 255
-    got = run(compile_model(_integer_conv(w), threads=1), {"x": x.astype(np.float32)})[0][0]
+    got = run(compile_model(_integer_conv(w), threads=1, precision="f32"), {"x": x.astype(np.float32)})[0][0]
     exact = _pair_conv(x, w) if pairs_saturate() else None
     if exact is None:  # a CPU that accumulates in int32: the exact sums
         from float_graphs import run_ort
@@ -348,7 +375,7 @@ def test_the_plugin_sums_adjacent_input_channels_as_numerics_models_it(c_in, k):
     room = numerics.U8S8_PAIR_LIMIT - np.abs(even)
     limited[:, 1::2] = np.where(even * odd > 0, np.sign(odd) * np.minimum(np.abs(odd), room), odd)
     assert numerics.same_sign_pair_sums(limited, 1).max() <= numerics.U8S8_PAIR_LIMIT
-    got = run(compile_model(_integer_conv(limited), threads=1), {"x": x.astype(np.float32)})[0][0]
+    got = run(compile_model(_integer_conv(limited), threads=1, precision="f32"), {"x": x.astype(np.float32)})[0][0]
     full = sum(np.einsum("chw,oc->ohw", x[0, :, i:i + 6 - k, j:j + 6 - k].astype(np.int64), limited[:, :, i, j])
                for i in range(k) for j in range(k))
     np.testing.assert_array_equal(got, full)
@@ -369,7 +396,7 @@ def test_the_plugin_sums_depthwise_convs_in_int32(channels, k):
     w[channels // 2:, :, 0] = -128
     x = rng.integers(0, 256, (1, channels, 7, 7))
     x[:, : channels // 2 + 2] = 255
-    got = run(compile_model(_integer_conv(w, hw=7, group=channels), threads=1), {"x": x.astype(np.float32)})[0][0]
+    got = run(compile_model(_integer_conv(w, hw=7, group=channels), threads=1, precision="f32"), {"x": x.astype(np.float32)})[0][0]
     h = 7 - k + 1
     exact = sum(x[0, :, i:i + h, j:j + h].astype(np.int64) * w[:, 0, i, j, None, None]
                 for i in range(k) for j in range(k))
@@ -444,7 +471,7 @@ def test_the_plugin_pairs_adjacent_input_channels_of_matmuls_as_numerics_models_
     w[rng.integers(0, k, 6)] = 127  # rows at full scale: same-sign neighbours whose int16 pair sum clips
     x = rng.integers(0, 256, (3, k))
     x[0] = 255
-    got = run(compile_model(_integer_linear(w, op), threads=1), {"x": x.astype(np.float32)})[0]
+    got = run(compile_model(_integer_linear(w, op), threads=1, precision="f32"), {"x": x.astype(np.float32)})[0]
     want = numerics.u8s8_pair_dot(x, w) if pairs_saturate() else x @ w
     np.testing.assert_array_equal(got, want)
     if pairs_saturate():
