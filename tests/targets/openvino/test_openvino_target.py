@@ -132,15 +132,25 @@ def _attention_model():
     return g.model("y")
 
 
-def test_openvino_gives_queries_and_keys_zero_points_0_and_leaves_probabilities_float():
-    qm = qnnx.quantize(_attention_model(), samples(8, shape=(1, 6, 8)),
-                       config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
-                                          bias_correction="off"))
-    zero = {}
-    for n in qm.qdq.graph:
+def _quantized_for_openvino(model, shape):
+    return qnnx.quantize(model, samples(8, shape=shape),
+                         config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
+                                            bias_correction="off"))
+
+
+def _zero_points(model) -> dict[str, tuple]:
+    """Each QuantizeLinear's input -> (zero point dtype, zero point)."""
+    out = {}
+    for n in model.graph:
         if n.op_type == "QuantizeLinear":
-            scale, zp = qparams_of(n)
-            zero[n.inputs[0].name] = (zp.dtype, int(zp))
+            _, zp = qparams_of(n)
+            out[n.inputs[0].name] = (zp.dtype, int(zp))
+    return out
+
+
+def test_openvino_gives_queries_and_keys_zero_points_0_and_leaves_probabilities_float():
+    qm = _quantized_for_openvino(_attention_model(), (1, 6, 8))
+    zero = _zero_points(qm.qdq)
     assert zero["q_out"] == (np.int8, 0)
     assert zero["k_out"] == (np.int8, 0) and "kt_out" not in zero  # above the Transpose (data movement)
     assert "p_out" not in zero  # probabilities x values stays float: no quantize of the probability map
@@ -161,14 +171,7 @@ def test_a_value_a_concat_makes_keeps_its_zero_point_where_zero_point_0_is_asked
     k = g.node("Concat", [k1, k2], name="cat", axis=1, out="k_out")
     kt = g.node("Transpose", [k], name="kt", perm=[0, 2, 1], out="kt_out")
     g.node("MatMul", [q, kt], name="scores", out="y")
-    qm = qnnx.quantize(g.model("y"), samples(8, shape=(1, 6, 8)),
-                       config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
-                                          bias_correction="off"))
-    zero = {}
-    for n in qm.qdq.graph:
-        if n.op_type == "QuantizeLinear":
-            _, zp = qparams_of(n)
-            zero[n.inputs[0].name] = (zp.dtype, int(zp))
+    zero = _zero_points(_quantized_for_openvino(g.model("y"), (1, 6, 8)).qdq)
     assert zero["q_out"] == (np.int8, 0)
     keys = [zero[v] for v in ("k1_out", "k2_out", "k_out") if v in zero]
     assert keys and all(dtype == np.uint8 for dtype, _ in keys)
