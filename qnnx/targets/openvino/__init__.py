@@ -121,9 +121,7 @@ class OpenVinoTarget:
         if facts.kind in ("conv", "conv transpose", "matmul/gemm", "pool"):
             return INPUTS_ONLY
         if facts.kind == "binary" and facts.activations == 2 and not facts.gates_itself:
-            # a residual add, a squeeze-excitation scale: not SiLU's gate (a conv post-op). A Multiply whose
-            # inputs have zero point 0 needs no zero-point Subtract before it (as NNCF quantizes it)
-            return ZERO_POINT_INPUTS if facts.op_type == "Mul" else INPUTS_ONLY
+            return INPUTS_ONLY  # a residual add, a squeeze-excitation scale: not SiLU's gate (a conv post-op)
         return FLOAT
 
     def export(self, qdq: ir.Model) -> ir.Model:

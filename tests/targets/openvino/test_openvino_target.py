@@ -64,7 +64,6 @@ def test_openvino_quantizes_binary_ops_of_two_signals_only():
     assert ov.execution(MatchFacts("binary", "Add", 1)).inputs is False  # a constant operand
     assert ov.execution(MatchFacts("binary", "Mul", 2, gates_itself=True)).inputs is False  # SiLU's gate
     assert ov.execution(MatchFacts("binary", "Mul", 2)).inputs is True  # a squeeze-excitation scale
-    assert ov.execution(MatchFacts("binary", "Mul", 2)).zero_point_inputs  # no zero-point Subtract before it
     assert ov.execution(MatchFacts("binary", "Add", 2)).inputs is True  # a residual add
     assert not ov.execution(MatchFacts("binary", "Add", 2)).zero_point_inputs
     assert ov.execution(MatchFacts("elementwise", "Sigmoid")).inputs is False
@@ -176,43 +175,6 @@ def test_a_value_a_concat_makes_keeps_its_zero_point_where_zero_point_0_is_asked
     assert zero["q_out"] == (np.int8, 0)
     keys = [zero[v] for v in ("k1_out", "k2_out", "k_out") if v in zero]
     assert keys and all(dtype == np.uint8 for dtype, _ in keys)
-
-
-def _squeeze_excitation_model(concat: bool = False):
-    """x -> conv a -> HardSwish h -> (GlobalAveragePool -> conv -> HardSigmoid: the gate) -> h * gate -> conv b
-    -> y; ``concat``: h is also concatenated with x before conv c (y2)."""
-    rng = np.random.default_rng(3)
-    g = Graph()
-    x = g.input("x", [1, 4, 8, 8])
-    a = g.node("Conv", [x, g.const(conv_weight(rng, 4, 4), "wa")], name="a", pads=[1, 1, 1, 1], out="a_out")
-    h = g.node("HardSwish", [a], name="hswish", out="h")
-    p = g.node("GlobalAveragePool", [h], name="gap", out="pooled")
-    s = g.node("Conv", [p, g.const(conv_weight(rng, 4, 4, k=1), "ws")], name="squeeze", out="s_out")
-    gate = g.node("HardSigmoid", [s], name="hsig", out="gate")
-    m = g.node("Mul", [h, gate], name="scale", out="scaled")
-    g.node("Conv", [m, g.const(conv_weight(rng, 4, 4), "wb")], name="b", pads=[1, 1, 1, 1], out="y")
-    if not concat:
-        return g.model("y")
-    c = g.node("Concat", [h, x], name="cat", axis=1, out="cat_out")
-    g.node("Conv", [c, g.const(conv_weight(rng, 4, 8), "wc")], name="c", pads=[1, 1, 1, 1], out="y2")
-    return g.model("y", "y2")
-
-
-def test_openvino_quantizes_a_squeeze_excitation_scale_with_zero_points_0():
-    zero = _zero_points(_quantized_for_openvino(_squeeze_excitation_model(), (1, 4, 8, 8)).qdq)
-    assert zero["h"] == (np.int8, 0)  # HardSwish's negative tail: int8 symmetric, one quantize for pool and Mul
-    assert zero["gate"] == (np.uint8, 0)  # never negative: uint8 from 0
-    assert zero["x"][0] == np.uint8
-    on_ort = _zero_points(qnnx.quantize(_squeeze_excitation_model(), samples(8, shape=(1, 4, 8, 8)),
-                                        config=QuantConfig(progress=False, weight_rounding="nearest",
-                                                           bias_correction="off")).qdq)
-    assert on_ort and all(dtype == np.uint8 for dtype, _ in on_ort.values())  # ONNX Runtime: zero points are free
-
-
-def test_a_squeeze_excitation_value_a_concat_reads_keeps_its_zero_point():
-    zero = _zero_points(_quantized_for_openvino(_squeeze_excitation_model(concat=True), (1, 4, 8, 8)).qdq)
-    assert zero["h"][0] == np.uint8 and zero["h"][1] > 0
-    assert zero["gate"] == (np.uint8, 0)
 
 
 def test_zero_point_zero_keeps_the_range_with_zero_point_0():
