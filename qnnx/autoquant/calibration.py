@@ -31,7 +31,6 @@ from qnnx.autoquant.consumers import consumer_function, reader_weight_norms, sil
 from qnnx.autoquant.plan import Plan, activation_qparams, checked, permutation_of
 from qnnx.autoquant.simulate import qparam_feed, simulate_model
 from qnnx.calibrate import ObserverConfig, QParams, make_observer
-from qnnx.data import input_specs
 from qnnx.errors import QnnxError
 from qnnx.passes.lower import lower
 

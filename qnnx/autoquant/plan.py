@@ -200,9 +200,10 @@ def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depth
             if d is not None:
                 d.quantized, d.pattern, d.reason = False, None, how.why or "the target runs it in float"
             continue
+        zero = how.zero_point_inputs
         inputs = tuple(replace(t, zero_point_zero=True)
-                       if how.zero_point_inputs and t.role == "activation" and not unsigned(t.value, unsigned_readers)
-                       else t for t in m.inputs)
+                       if zero and t.role == "activation" and not keeps_unsigned(t.value, unsigned_readers) else t
+                       for t in m.inputs)
         matches.append(PatternMatch(m.pattern, m.nodes, inputs, (), m.bias))
         if d is not None and m.outputs:
             d.reason += "; float output (the target's integer kernel dequantizes it)"
@@ -217,7 +218,7 @@ def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depth
     return Plan(matches, share_groups(matches), the_plan.decisions) if changed else the_plan
 
 
-def unsigned(v: ir.Value, op_types: tuple[str, ...]) -> bool:
+def keeps_unsigned(v: ir.Value, op_types: tuple[str, ...]) -> bool:
     """Whether an op of ``op_types`` reads or makes ``v``'s values, directly or through data movement (where a
     hoisted quantize would sit): such a value keeps a uint8 grid on a target computing those ops wrongly on
     int8."""

@@ -24,8 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from qnnx.autoquant.plan import unsigned as unsigned_value
-from qnnx.autoquant.plan import with_zero_point_zero, zero_point_zero, zero_point_zero_qparams
+from qnnx.autoquant.plan import keeps_unsigned, with_zero_point_zero, zero_point_zero, zero_point_zero_qparams
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.refinements.base import Refinement
 from qnnx.autoquant.validation import output_errors
@@ -100,7 +99,7 @@ class SymmetricActivations(Refinement):
             or an op the runtime gets wrong on int8 reads or makes it (through data movement, which covers
             the nodes a hoisted quantize sits above, ``t.through``)."""
             qp = qparams.get(groups.get(t.value, t.value).name)
-            if qp is None or zero_point_zero(qp) == qp or unsigned_value(t.value, runtime.unsigned_readers):
+            if qp is None or zero_point_zero(qp) == qp or keeps_unsigned(t.value, runtime.unsigned_readers):
                 return None
             return coarsening(qp)
 
