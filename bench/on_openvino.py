@@ -26,7 +26,10 @@ the protocol's disjoint sets), the same samples calibrate
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
-worst over the seeds). Latency: the fp32 model and each quantizer's model of the first seed compiled
+worst over the seeds), and its outputs compared with the fp32 model's computed in f32 (``cosine to fp32``:
+bench/tasks.raw_agreement's cosine, mean over the samples; the task's own agreement measures in the JSON).
+The second figure tells fidelity from luck: where the quantized models score above fp32 itself (PP-OCRv4 det
+on the rendered pages), the task metric rewards a departure from float that no other data need reward. Latency: the fp32 model and each quantizer's model of the first seed compiled
 side by side (CPU plugin, ``--threads`` threads, one stream) and timed interleaved on the first
 evaluation sample, ``--rounds`` rounds of ``--repeats`` runs, in one process per model with the compile
 order rotated (a later compile runs faster here); each model's time relative to NNCF's default model is
@@ -201,6 +204,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
     feeds, truths = [f for f, _ in evaluation], [t for _, t in evaluation]
     fp32 = task.score(outputs_of(task.model_path, feeds, args.score_threads, args.precision), truths)
     metric = main_metric(fp32)
+    reference = outputs_of(task.model_path, feeds, args.score_threads, "f32")  # float as computed, not bf16
     print(f"== {name}: OpenVINO fp32 {metric} {fp32[metric]:.4f}", flush=True)
     configs = [c for c in ["nncf", "nncf_best", "qnnx"] + (["qnnx_sym"] if args.with_symmetric else [])
                + (["qnnx_pairs"] if args.with_pairs else [])
@@ -209,8 +213,8 @@ def run_task(name: str, args, tmp: Path) -> dict:
                + (["qnnx_dw_channel"] if args.with_per_channel_depthwise else [])
                + (["qnnx_w8"] if args.with_8bit else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
-    res = {"task": name, "metric": metric, "fp32": fp32[metric], "configs": {c: {"per_seed": [], "errors": {},
-                                                                                 "seconds": []} for c in configs}}
+    res = {"task": name, "metric": metric, "fp32": fp32[metric],
+           "configs": {c: {"per_seed": [], "errors": {}, "seconds": [], "agreement": []} for c in configs}}
     first: dict = {"fp32": task.model_path}
     for seed in args.seeds:
         calib = task.calibration(args.calib, seed=seed)
@@ -228,23 +232,26 @@ def run_task(name: str, args, tmp: Path) -> dict:
                                           tmp / f"{name}.{c}.{seed}.onnx",
                                           **QNNX_OPTIONS.get(c, {}))
                 seconds = time.perf_counter() - t
-                value = task.score(outputs_of(model, feeds, args.score_threads, args.precision), truths)[metric]
+                outputs = outputs_of(model, feeds, args.score_threads, args.precision)
+                value = task.score(outputs, truths)[metric]
+                agreement = task.agreement(reference, outputs)
             except Exception as e:  # noqa: BLE001 - a failing quantizer is a result, reported as such
                 where = traceback.extract_tb(e.__traceback__)[-1]
                 res["configs"][c]["errors"][seed] = f"{type(e).__name__}: {str(e)[:300]} [{Path(where.filename).name}:{where.lineno}]"
-                value, seconds = None, time.perf_counter() - t
+                value, seconds, agreement = None, time.perf_counter() - t, None
                 model = None
             res["configs"][c]["per_seed"].append(value)
+            res["configs"][c]["agreement"].append(agreement)
             res["configs"][c]["seconds"].append(seconds)
             if seed == args.seeds[0] and model is not None:
                 first[c] = model
             print(f"   {c} seed {seed}: {'FAILED ' + res['configs'][c]['errors'][seed] if value is None else f'{value:.4f}'}"
-                  f" (quantized in {seconds:.0f} s)", flush=True)
+                  + ("" if agreement is None else f", cosine to fp32 {agreement['cosine']:.5f}")
+                  + f" (quantized in {seconds:.0f} s)", flush=True)
     for c in configs:
-        ok = [v for v in res["configs"][c]["per_seed"] if v is not None]
-        n = len(res["configs"][c]["per_seed"])
-        res["configs"][c]["mean"] = sum(ok) / len(ok) if ok else None
-        res["configs"][c]["worst"] = min(ok) if ok and len(ok) == n else None
+        r = res["configs"][c]
+        r["mean"], r["worst"] = mean_and_worst(r["per_seed"])
+        r["cosine_mean"], r["cosine_worst"] = mean_and_worst([None if a is None else a["cosine"] for a in r["agreement"]])
     timed = latency(first, feeds[0], args.threads, args.repeats, args.precision, args.rounds, tmp)
     ms = res["latency_ms"] = timed["ms"]
     res["time_vs_nncf"] = timed["vs_nncf"]
@@ -256,17 +263,24 @@ def run_task(name: str, args, tmp: Path) -> dict:
     return res
 
 
+def mean_and_worst(values: list) -> tuple:
+    """Mean over the seeds that gave a value, and the worst (None when a seed failed)."""
+    ok = [v for v in values if v is not None]
+    return (sum(ok) / len(ok) if ok else None), (min(ok) if ok and len(ok) == len(values) else None)
+
+
 def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
 def markdown(results: list[dict]) -> str:
     lines = ["| model | metric | OV fp32 | NNCF default mean / worst | NNCF best mean / worst | qnnx mean / worst | "
-             "ms: fp32 / NNCF / NNCF best / qnnx | qnnx speed vs NNCF, NNCF best |",
-             "|---|---|---|---|---|---|---|---|"]
+             "cosine to fp32: NNCF / NNCF best / qnnx (mean) | ms: fp32 / NNCF / NNCF best / qnnx | "
+             "qnnx speed vs NNCF, NNCF best |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "unavailable" in r:
-            lines.append(f"| {r['task']} | unavailable: {r['unavailable']} | | | | | | |")
+            lines.append(f"| {r['task']} | unavailable: {r['unavailable']} | | | | | | | |")
             continue
         c, ms = r["configs"], r["latency_ms"]
         if any(k not in c for k in ("nncf", "nncf_best", "qnnx")):
@@ -277,7 +291,10 @@ def markdown(results: list[dict]) -> str:
         rel = r.get("time_vs_nncf", {})
         ratio = ", ".join(f"{rel[k] / rel['qnnx']:.3f}x" if k in rel and "qnnx" in rel else "-"
                           for k in ("nncf", "nncf_best"))
-        lines.append(f"| {r['task']} | {r['metric']} | {r['fp32']:.4f} | " + " | ".join(cells) + f" | {times} | {ratio} |")
+        cosines = " / ".join(f"{c[k]['cosine_mean']:.5f}" if c[k].get("cosine_mean") is not None else "-"
+                             for k in ("nncf", "nncf_best", "qnnx"))
+        lines.append(f"| {r['task']} | {r['metric']} | {r['fp32']:.4f} | " + " | ".join(cells)
+                     + f" | {cosines} | {times} | {ratio} |")
     return "\n".join(lines)
 
 
