@@ -26,10 +26,11 @@ the protocol's disjoint sets), the same samples calibrate
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
-worst over the seeds), and its outputs compared with the fp32 model's computed in f32 (``cosine to fp32``:
-bench/tasks.raw_agreement's cosine, mean over the samples; the task's own agreement measures in the JSON).
-The second figure tells fidelity from luck: where the quantized models score above fp32 itself (PP-OCRv4 det
-on the rendered pages), the task metric rewards a departure from float that no other data need reward. Latency: the fp32 model and each quantizer's model of the first seed compiled
+worst over the seeds), and its outputs compared with the fp32 model's computed in f32: the raw outputs'
+cosine (``cosine to fp32``, bench/tasks.raw_agreement, mean over the samples) in the table, the task's own
+agreement measures (decoded text, thresholded maps, labels) in the JSON. They show where a score above or
+below another's is a departure from float rather than fidelity; neither alone is fidelity (a softmax
+output's cosine follows its confidence more than its decisions). Latency: the fp32 model and each quantizer's model of the first seed compiled
 side by side (CPU plugin, ``--threads`` threads, one stream) and timed interleaved on the first
 evaluation sample, ``--rounds`` rounds of ``--repeats`` runs, in one process per model with the compile
 order rotated (a later compile runs faster here); each model's time relative to NNCF's default model is
