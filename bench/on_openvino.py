@@ -30,8 +30,8 @@ worst over the seeds), and its outputs compared with the fp32 model's computed i
 cosine (``cosine to fp32``, bench/tasks.raw_agreement, mean over the samples) in the table, the task's own
 agreement measures (decoded text, thresholded maps, labels) in the JSON. They show where a score above or
 below another's is a departure from float rather than fidelity; neither alone is fidelity (a softmax
-output's cosine follows its confidence more than its decisions). Latency: the fp32 model and each quantizer's model of the first seed compiled
-side by side (CPU plugin, ``--threads`` threads, one stream) and timed interleaved on the first
+output's cosine follows its confidence more than its decisions). Latency: the fp32 model and each
+quantizer's model of the first seed compiled side by side (CPU plugin, ``--threads`` threads, one stream) and timed interleaved on the first
 evaluation sample, ``--rounds`` rounds of ``--repeats`` runs, in one process per model with the compile
 order rotated (a later compile runs faster here); each model's time relative to NNCF's default model is
 the median over the processes of the median of the rounds' ratios, and NNCF's model timed a second time
