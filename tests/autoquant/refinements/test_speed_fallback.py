@@ -24,16 +24,22 @@ from qnnx.autoquant.refinements.speed_fallback import SpeedFallback
 from qnnx.targets import target
 
 
-def _model():
-    """x[1,4,8,8] -> pw (1x1 conv) + relu -> dw (3x3, group 8) -> add (residual) -> sig -> gap -> flatten
-    -> mm -> y[1,5]: one match of each kind pointwise conv, depthwise conv, binary, elementwise, pool, matmul."""
-    rng = np.random.default_rng(0)
-    g = Graph()
+def _pointwise_then_depthwise(g: Graph, rng):
+    """x[1,4,8,8] -> pw (1x1 conv to 8 channels) -> relu (r) -> dw (3x3, group 8); (r, dw's output)."""
     x = g.input("x", [1, 4, 8, 8])
     pw = g.node("Conv", [x, g.const(conv_weight(rng, 8, 4, k=1), "w_pw")], name="pw", out="pw_out")
     r = g.node("Relu", [pw], name="relu", out="r")
     dw = g.node("Conv", [r, g.const((rng.standard_normal((8, 1, 3, 3)) * 0.3).astype(np.float32), "w_dw")],
                 name="dw", group=8, pads=[1, 1, 1, 1], out="dw_out")
+    return r, dw
+
+
+def _model():
+    """x[1,4,8,8] -> pw (1x1 conv) + relu -> dw (3x3, group 8) -> add (residual) -> sig -> gap -> flatten
+    -> mm -> y[1,5]: one match of each kind pointwise conv, depthwise conv, binary, elementwise, pool, matmul."""
+    rng = np.random.default_rng(0)
+    g = Graph()
+    r, dw = _pointwise_then_depthwise(g, rng)
     a = g.node("Add", [dw, r], name="add", out="a")
     s = g.node("Sigmoid", [a], name="sig", out="s")
     p = g.node("GlobalAveragePool", [s], name="gap", out="p")
@@ -292,11 +298,7 @@ def test_a_re_planned_model_keeps_the_targets_per_channel_depthwise_inputs():
     # re-plans without c as the plan stage planned (the dw conv's input still per channel).
     rng = np.random.default_rng(4)
     g = Graph()
-    x = g.input("x", [1, 4, 8, 8])
-    pw = g.node("Conv", [x, g.const(conv_weight(rng, 8, 4, k=1), "w_pw")], name="pw", out="pw_out")
-    r = g.node("Relu", [pw], name="relu", out="r")
-    dw = g.node("Conv", [r, g.const((rng.standard_normal((8, 1, 3, 3)) * 0.3).astype(np.float32), "w_dw")],
-                name="dw", group=8, pads=[1, 1, 1, 1], out="dw_out")
+    _, dw = _pointwise_then_depthwise(g, rng)
     r2 = g.node("Relu", [dw], name="relu2", out="r2")
     g.node("Conv", [r2, g.const(conv_weight(rng, 4, 8), "w_c")], name="c", pads=[1, 1, 1, 1], out="y")
     costs = {"pw": (2, 1), "dw": (10, 1), "c": (1, 5)}

@@ -118,13 +118,18 @@ def test_openvino_keeps_the_quantize_below_a_value_read_in_float():
     assert qm.qdq.graph.outputs[1].producer().op_type == "MaxPool"
 
 
+def _projection(g: Graph, x, rng, name: str):
+    """``name``: x times a constant 8x8 weight ``w{name}``, output ``{name}_out``."""
+    return g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), f"w{name}")], name=name,
+                  out=f"{name}_out")
+
+
 def _attention_model():
     """q = x Wq, k = x Wk (signed), p = Softmax(q k^T) (non-negative), y = p v: two MatMuls of activations."""
     rng = np.random.default_rng(2)
     g = Graph()
     x = g.input("x", [1, 6, 8])
-    q = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wq")], name="q", out="q_out")
-    k = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk")], name="k", out="k_out")
+    q, k = _projection(g, x, rng, "q"), _projection(g, x, rng, "k")
     kt = g.node("Transpose", [k], name="kt", perm=[0, 2, 1], out="kt_out")
     s = g.node("MatMul", [q, kt], name="scores", out="scores_out")
     p = g.node("Softmax", [s], name="softmax", axis=-1, out="p_out")
@@ -165,9 +170,7 @@ def test_a_value_a_concat_makes_keeps_its_zero_point_where_zero_point_0_is_asked
     rng = np.random.default_rng(5)
     g = Graph()
     x = g.input("x", [1, 6, 8])
-    q = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wq")], name="q", out="q_out")
-    k1 = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk1")], name="k1", out="k1_out")
-    k2 = g.node("MatMul", [x, g.const(rng.normal(size=(8, 8)).astype(np.float32), "wk2")], name="k2", out="k2_out")
+    q, k1, k2 = (_projection(g, x, rng, name) for name in ("q", "k1", "k2"))
     k = g.node("Concat", [k1, k2], name="cat", axis=1, out="k_out")
     kt = g.node("Transpose", [k], name="kt", perm=[0, 2, 1], out="kt_out")
     g.node("MatMul", [q, kt], name="scores", out="y")
