@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.protocol import summarize  # noqa: E402
 from bench.tasks import TASKS, main_metric  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -251,8 +252,9 @@ def run_task(name: str, args, tmp: Path) -> dict:
                   + f" (quantized in {seconds:.0f} s)", flush=True)
     for c in configs:
         r = res["configs"][c]
-        r["mean"], r["worst"] = mean_and_worst(r["per_seed"])
-        r["cosine_mean"], r["cosine_worst"] = mean_and_worst([None if a is None else a["cosine"] for a in r["agreement"]])
+        score, cosine = summarize(r["per_seed"]), summarize([None if a is None else a["cosine"] for a in r["agreement"]])
+        r["mean"], r["worst"] = score["mean"], score["worst"]
+        r["cosine_mean"], r["cosine_worst"] = cosine["mean"], cosine["worst"]
     timed = latency(first, feeds[0], args.threads, args.repeats, args.precision, args.rounds, tmp)
     ms = res["latency_ms"] = timed["ms"]
     res["time_vs_nncf"] = timed["vs_nncf"]
@@ -262,12 +264,6 @@ def run_task(name: str, args, tmp: Path) -> dict:
           + " | int8/float conv+matmul layers: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in res["int8_layers"].items()),
           flush=True)
     return res
-
-
-def mean_and_worst(values: list) -> tuple:
-    """Mean over the seeds that gave a value, and the worst (None when a seed failed)."""
-    ok = [v for v in values if v is not None]
-    return (sum(ok) / len(ok) if ok else None), (min(ok) if ok and len(ok) == len(values) else None)
 
 
 def _fmt(v) -> str:
