@@ -304,9 +304,10 @@ class SpeedFallback(Refinement):
         if config.refinements.speed_plan is not None:
             choice = replay(config.refinements.speed_plan, state.float_model, the_plan.matches, realize)
         else:
+            runtime = target(config.target)
             choice = choose(state.float_model, the_plan.matches, realize, state.samples[0],
-                            timer=self.timer or target(config.target).timer, progress=config.progress, qdq=state.qdq,
-                            auto=config.refinements.speed_fallback == "auto", runtime=target(config.target).label)
+                            timer=self.timer or runtime.timer, progress=config.progress, qdq=state.qdq,
+                            auto=config.refinements.speed_fallback == "auto", runtime=runtime.label)
         if choice.keep is not None and len(choice.keep) == len(the_plan.matches):
             return None, choice.report  # every match stays int8
         reasons = dict(choice.reasons)
