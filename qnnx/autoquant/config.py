@@ -29,6 +29,7 @@ WEIGHT_BITS = (7, 8, "pairs")
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
 WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all")
+SMOOTHING_SITES = ("norms", "matmuls")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
 SYMMETRIC_ACTIVATIONS = ("off", "auto")
 DEPTHWISE_INPUTS = ("per_tensor", "per_channel")
@@ -143,7 +144,9 @@ class RefinementOptions:
     """The optional steps, each a module of autoquant/refinements (smoothing is a transform of the
     float model before planning).
 
-    ``smoothing_alpha``: SmoothQuant strength for LayerNorm outputs read by MatMuls; None: off.
+    ``smoothing_alpha``: SmoothQuant strength; None: off.
+    ``smoothing_sites``: "norms" smooths LayerNorm outputs read by MatMuls; "matmuls" every activation a
+    MatMul with a constant weight reads (a value projection or a new Mul divides it where no norm can).
     ``weight_rounding``: "gptq" rounds conv weights for the conv's output error, the others nearest;
     "gptq_all" MatMul and Gemm weights too; "nearest" each weight alone.
     ``bias_correction``: "sequential" folds each conv's mean output shift against float into its bias,
@@ -167,6 +170,7 @@ class RefinementOptions:
     """
 
     smoothing_alpha: float | None = 0.5
+    smoothing_sites: str = "norms"
     weight_rounding: str = "gptq"
     bias_correction: str = "sequential"
     sqnr_threshold_db: float | None = None
@@ -195,6 +199,7 @@ class RefinementOptions:
             object.__setattr__(self, "bias_correction", "own" if self.bias_correction else "off")
         _choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
         _choice("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)
+        _choice("smoothing_sites", self.smoothing_sites, SMOOTHING_SITES)
         _choice("symmetric_activations", self.symmetric_activations, SYMMETRIC_ACTIVATIONS)
 
 

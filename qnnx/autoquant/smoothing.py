@@ -1,23 +1,30 @@
-"""Per-channel smoothing of normalization outputs into the linear layers reading them (SmoothQuant).
+"""Per-channel smoothing of the activations read by linear layers (SmoothQuant).
 
-    y = LayerNormalization(x, g, b) -> MatMul(y, W_i) ...      (and float readers of y)
-    ->  y' = LayerNormalization(x, g / s, b / s) -> MatMul(y', s * W_i) ...,  y = Mul(y', s) for the others
+    y = P(...) -> MatMul(y, W_i) ...   ->   y' = y / s -> MatMul(y', s * W_i) ...
 
-Why. A LayerNorm output in a transformer keeps the residual stream's outlier channels: a few
-channels reach values many times the median channel's, so one per-tensor uint8 scale leaves the
-ordinary channels a handful of levels, and every Q/K/V and FFN input carries that noise. Dividing
-channel j by ``s_j`` and multiplying row j of every weight that reads it by ``s_j`` is exact in real
-arithmetic and moves the outlier into the weights, which are quantized per output column and have
-room for it. With Xiao et al.'s (2023) choice
-``s_j = max|y_j| ** alpha / max_i max|W_i[j, :]| ** (1 - alpha)`` (alpha = 0.5) the activation and
-weight ranges meet halfway.
+Why. An activation in a transformer keeps the residual stream's outlier channels: a few channels
+reach values many times the median channel's, so one per-tensor uint8 scale leaves the ordinary
+channels a handful of levels, and every linear layer's input carries that noise. Dividing channel j
+by ``s_j`` and multiplying row j of every weight that reads it by ``s_j`` is exact in real arithmetic
+and moves the outlier into the weights, which are quantized per output column and have room for it.
+``s_j = max|y_j| ** alpha / max_i max|W_i[j, :]| ** (1 - alpha)`` (Xiao et al., 2023).
 
-The paper's 0.5 is the default (``QuantConfig.smoothing_alpha``; None turns smoothing off); the
-alphas tried: docs/experiments.md, "Smoothing".
+Who divides by ``s`` (the site's ``kind``):
+
+- ``norm``: the LayerNormalization producing ``y`` (its scale and bias); other readers of ``y`` get
+  ``Mul(y', s)`` and keep the original name, so per-layer comparisons by name compare like with like.
+- ``projection``: the value projection of an attention block, when ``y`` is the attention's context
+  (``Reshape(Transpose(MatMul(P, Transpose(Reshape(v)))))``): the context's channel j is a weighted
+  sum of ``v``'s channel j, so the projection's weight columns and bias absorb ``1 / s``.
+- ``mul``: a new ``Mul(y, 1 / s)`` read only by the MatMuls (a GELU output, for one). OpenVINO folds
+  it into the quantizer that follows or into the producing layer's post-ops.
+
+``sites="norms"`` (the default) smooths LayerNorm outputs only; ``"matmuls"`` every activation read
+by MatMuls with a constant weight (NNCF's transformer preset does the same). The alphas and site
+choices measured: docs/experiments.md, "Smoothing"; docs/benchmarks.md.
 
 The channel maxima come from the float model on the calibration samples (one streamed pass before
-calibration). The smoothed output is a new value; the original name goes to ``Mul(y', s)`` when
-float readers remain, so per-layer comparisons by name (``qnnx compare``) compare like with like.
+calibration). The stage that calls :func:`smooth` checks the smoothed model against the original.
 """
 
 from __future__ import annotations
@@ -30,43 +37,109 @@ import onnx_ir as ir
 from qnnx import runtime
 from qnnx.ir import Builder, const_array
 
+KINDS = ("norm", "projection", "mul")
+_MOVES = ("Reshape", "Transpose")  # data movement the projection's channels pass through unchanged
+
 
 @dataclass(frozen=True)
 class SmoothingSite:
-    """A normalization whose output channels can be rescaled: its node, the MatMuls reading the
-    output as input A with a constant rank-2 weight, and how many other readers it has."""
+    """An activation whose channels can be rescaled: ``value``, the MatMuls reading it as input A
+    with a constant rank-2 weight, how ``1 / s`` is applied (``kind``, one of KINDS), the node that
+    absorbs it (the LayerNormalization or the value projection's MatMul; None for "mul"), the
+    projection's bias Add (or None), and how many other readers ``value`` has."""
 
-    norm: ir.Node
+    value: ir.Value
     matmuls: tuple[ir.Node, ...]
-    other_readers: int
+    kind: str
+    absorber: ir.Node | None = None
+    bias: ir.Node | None = None
+    other_readers: int = 0
 
 
-def smoothing_sites(graph: ir.Graph) -> list[SmoothingSite]:
-    sites = []
+def _weight(node: ir.Node) -> np.ndarray | None:
+    """The constant rank-2 weight of a plain MatMul (input B), else None."""
+    if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    w = const_array(node.inputs[1])
+    return w if w is not None and w.ndim == 2 else None
+
+
+def _norm_absorbs(node: ir.Node | None) -> bool:
+    """A LayerNormalization over the last axis with a per-channel scale (and bias)."""
+    if node is None or node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    axis = node.attributes["axis"].value if "axis" in node.attributes else -1
+    rank = node.outputs[0].shape.rank() if node.outputs[0].shape is not None else None
+    if axis != -1 and (rank is None or axis != rank - 1):
+        return False  # normalized over several axes: the scale/bias are not one value per channel
+    gamma = const_array(node.inputs[1])
+    if gamma is None or gamma.ndim != 1:
+        return False
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        beta = const_array(node.inputs[2])
+        return beta is not None and beta.shape == gamma.shape
+    return True
+
+
+def _only_reader(value: ir.Value) -> ir.Node | None:
+    uses = list(value.uses())
+    return uses[0].node if len(uses) == 1 and not value.is_graph_output() else None
+
+
+def _moved_from(value: ir.Value) -> ir.Value:
+    """Follow ``value`` back through Reshapes and Transposes that have no other reader."""
+    while (p := value.producer()) is not None and p.op_type in _MOVES and _only_reader(p.inputs[0]) is p:
+        value = p.inputs[0]
+    return value
+
+
+def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | None] | None:
+    """The value projection (MatMul, bias Add or None) whose output columns are ``y``'s channels through
+    an attention's ``MatMul(P, ...)`` and data movement only, each value read once; else None."""
+    attention = _moved_from(y).producer()
+    if attention is None or attention.op_type != "MatMul" or len(attention.inputs) != 2 or _weight(attention) is not None:
+        return None
+    v = _moved_from(attention.inputs[1])
+    if _only_reader(v) is None or (p := v.producer()) is None:
+        return None
+    bias = None
+    if p.op_type == "Add" and len(p.inputs) == 2:
+        for i in (0, 1):
+            b, m = const_array(p.inputs[i]), p.inputs[1 - i].producer()
+            if b is not None and b.shape == (channels,) and m is not None and _only_reader(m.outputs[0]) is p:
+                bias, p = p, m
+                break
+        else:
+            return None
+    w = _weight(p)
+    return (p, bias) if w is not None and w.shape[1] == channels else None
+
+
+def smoothing_sites(graph: ir.Graph, sites: str = "norms") -> list[SmoothingSite]:
+    """Every activation of ``graph`` to smooth, in graph order (``sites``: "norms" or "matmuls", above)."""
+    found, seen = [], set()
     for node in graph:
-        if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        w = _weight(node)
+        y = node.inputs[0] if w is not None else None
+        if y is None or y in seen or y.is_graph_output():
             continue
-        axis = node.attributes["axis"].value if "axis" in node.attributes else -1
-        rank = node.outputs[0].shape.rank() if node.outputs[0].shape is not None else None
-        if axis != -1 and (rank is None or axis != rank - 1):
-            continue  # normalized over several axes: the scale/bias are not one value per channel
-        gamma = const_array(node.inputs[1])
-        beta = const_array(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
-        if gamma is None or gamma.ndim != 1 or (len(node.inputs) > 2 and node.inputs[2] is not None and
-                                                (beta is None or beta.shape != gamma.shape)):
-            continue
-        y = node.outputs[0]
+        seen.add(y)
+        channels = w.shape[0]
         matmuls, others = [], 0
         for use in y.uses():
-            n = use.node
-            w = const_array(n.inputs[1]) if n.op_type == "MatMul" and use.idx == 0 else None
-            if w is not None and w.ndim == 2 and w.shape[0] == gamma.shape[0]:
-                matmuls.append(n)
+            rw = _weight(use.node) if use.idx == 0 else None
+            if rw is not None and rw.shape[0] == channels:
+                matmuls.append(use.node)
             else:
                 others += 1
-        if matmuls and not y.is_graph_output():
-            sites.append(SmoothingSite(node, tuple(matmuls), others))
-    return sites
+        producer = y.producer()
+        if _norm_absorbs(producer) and const_array(producer.inputs[1]).shape == (channels,):
+            found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others))
+        elif sites == "matmuls" and (projection := _value_projection(y, channels)) is not None:
+            found.append(SmoothingSite(y, tuple(matmuls), "projection", *projection, other_readers=others))
+        elif sites == "matmuls":
+            found.append(SmoothingSite(y, tuple(matmuls), "mul", other_readers=others))
+    return found
 
 
 def smoothing_scales(channel_absmax: np.ndarray, weights: list[np.ndarray], alpha: float) -> np.ndarray:
@@ -81,43 +154,65 @@ def smoothing_scales(channel_absmax: np.ndarray, weights: list[np.ndarray], alph
 
 
 def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None:
-    """Rescale ``site`` by ``s`` in place (see the module docstring)."""
-    norm = site.norm
-    b = Builder(graph, norm.name or "LayerNormalization")
-    norm.replace_input_with(1, b.const((const_array(norm.inputs[1]) / s).astype(np.float32), "smoothed_scale"))
-    if len(norm.inputs) > 2 and norm.inputs[2] is not None:
-        norm.replace_input_with(2, b.const((const_array(norm.inputs[2]) / s).astype(np.float32), "smoothed_bias"))
+    """Rescale ``site`` by ``s`` in place: ``1 / s`` where its kind says, ``s`` into its readers' weight rows."""
+    y, absorber = site.value, site.absorber
+    b = Builder(graph, (absorber.name or absorber.op_type) if absorber is not None else
+                f"{site.matmuls[0].name or 'MatMul'}_smoothing")
+
+    def inverse(value: ir.Value, hint: str) -> ir.Value:
+        return b.const((const_array(value) / s).astype(np.float32), hint)
+
+    if site.kind == "norm":
+        absorber.replace_input_with(1, inverse(absorber.inputs[1], "smoothed_scale"))
+        if len(absorber.inputs) > 2 and absorber.inputs[2] is not None:
+            absorber.replace_input_with(2, inverse(absorber.inputs[2], "smoothed_bias"))
+    elif site.kind == "projection":
+        absorber.replace_input_with(1, inverse(absorber.inputs[1], "smoothed_weight"))
+        if site.bias is not None:
+            i = 0 if const_array(site.bias.inputs[0]) is not None else 1
+            site.bias.replace_input_with(i, inverse(site.bias.inputs[i], "smoothed_bias"))
+    else:
+        smoothed = b.op("Mul", [y, b.const((1.0 / s).astype(np.float32), "inverse_scale")], hint="smooth")
+        smoothed.type, smoothed.shape = y.type, y.shape
+        graph.insert_before(site.matmuls[0], b.nodes)
+        for mm in site.matmuls:
+            mm.replace_input_with(0, smoothed)
     for mm in site.matmuls:
-        w = const_array(mm.inputs[1])
-        mm.replace_input_with(1, b.const((w * s[:, None]).astype(np.float32), "smoothed_weight"))
-    y = norm.outputs[0]
-    if site.other_readers:
+        mm.replace_input_with(1, b.const((const_array(mm.inputs[1]) * s[:, None]).astype(np.float32),
+                                         "smoothed_weight"))
+    if site.kind == "norm" and site.other_readers:
         name = y.name
         y.name = f"{name}_smoothed"
         restore = b.op("Mul", [y, b.const(s, "smoothing_scale")], hint="unsmooth")
         restore.type, restore.shape = y.type, y.shape
-        graph.insert_after(norm, b.nodes)
+        graph.insert_after(absorber, b.nodes)
         for use in list(y.uses()):
             if use.node not in site.matmuls and use.node is not restore.producer():
                 use.node.replace_input_with(use.idx, restore)
         restore.name = name
 
 
-def smooth(model: ir.Model, data, alpha: float | None) -> ir.Model:
+def smooth(model: ir.Model, data, alpha: float | None, sites: str = "norms", *,
+           projections: bool = True) -> ir.Model:
     """Apply smoothing to every site of ``model``, in place (``alpha`` None: nothing); the channel
-    maxima come from one streamed pass over ``data`` (a bound CalibrationData). Returns ``model``."""
-    sites = smoothing_sites(model.graph)
-    if alpha is None or not sites:
+    maxima come from one streamed pass over ``data`` (a bound CalibrationData). ``projections=False``
+    divides by a Mul where a value projection would absorb ``1 / s``. Returns ``model``."""
+    found = smoothing_sites(model.graph, sites)
+    if not projections:
+        found = [SmoothingSite(f.value, f.matmuls, "mul", other_readers=f.other_readers)
+                 if f.kind == "projection" else f for f in found]
+    if alpha is None or not found:
         return model
-    outputs = [site.norm.outputs[0] for site in sites]
-    sess = runtime.session(model, outputs=outputs, purpose=" to calibrate it")
-    names = [v.name for v in outputs]
-    absmax: list[np.ndarray | None] = [None] * len(sites)
+    values = [site.value for site in found]
+    sess = runtime.session(model, outputs=values, purpose=" to calibrate it")
+    names = [v.name for v in values]
+    absmax: list[np.ndarray | None] = [None] * len(found)
     for feed in data:
         for i, y in enumerate(runtime.run(sess, names, feed)):
             a = np.abs(y).reshape(-1, y.shape[-1]).max(axis=0)
             absmax[i] = a if absmax[i] is None else np.maximum(absmax[i], a)
-    for site, a in zip(sites, absmax):
-        weights = [const_array(mm.inputs[1]) for mm in site.matmuls]
-        apply_smoothing(model.graph, site, smoothing_scales(a, weights, alpha))
+    scales = [smoothing_scales(a, [const_array(mm.inputs[1]) for mm in site.matmuls], alpha)
+              for site, a in zip(found, absmax)]  # from the original weights, before any site changes them
+    for site, s in zip(found, scales):
+        apply_smoothing(model.graph, site, s)
     return model

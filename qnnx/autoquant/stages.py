@@ -26,7 +26,7 @@ from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
 from qnnx.autoquant.qdq import realize_qdq
 from qnnx.autoquant.report import CalibrationRecord, OutputAgreement
-from qnnx.autoquant.smoothing import smooth
+from qnnx.autoquant.smoothing import smooth, smoothing_sites
 from qnnx.autoquant.state import QuantState, Stage
 from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
@@ -123,12 +123,12 @@ def _outputs(model, probe) -> list[list[np.ndarray]]:
 
 
 def _check(model: ir.Model, reference, probe) -> tuple[float, str]:
-    """``model``'s largest output error against ``reference`` and why it differs; a prepared model ONNX
+    """``model``'s largest output error against ``reference`` and why it differs; a rewritten model ONNX
     Runtime cannot load or run differs too (a rewrite made it invalid), with the runtime's reason."""
     try:
         got = _outputs(model, probe)
     except QnnxError as e:
-        return math.inf, f"the prepared model does not run: {e}"
+        return math.inf, f"the rewritten model does not run: {e}"
     return _output_mismatch(reference, got)
 
 
@@ -149,8 +149,23 @@ def run_hold_out(state: QuantState) -> QuantState:
 
 
 def run_smooth(state: QuantState) -> QuantState:
-    model = smooth(state.float_model, state.data, state.config.refinements.smoothing_alpha)
-    return state if model is state.float_model else replace(state, float_model=model)
+    """SmoothQuant (smoothing.py), checked on the first samples against the float model as preparation is:
+    a value projection whose columns are not the smoothed channels after all gives way to a Mul; a smoothed
+    model that still computes something else is refused."""
+    r = state.config.refinements
+    if r.smoothing_alpha is None or not smoothing_sites(state.float_model.graph, r.smoothing_sites):
+        return state
+    probe = list(state.samples[:PREPARE_CHECK_SAMPLES])
+    reference = _outputs(state.float_model, probe)
+    original = ir.from_proto(ir.to_proto(state.float_model)) if r.smoothing_sites == "matmuls" else None
+    model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites)
+    _, why = _check(model, reference, probe)
+    if why and original is not None:
+        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, projections=False)
+        _, why = _check(model, reference, probe)
+    if why:
+        raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize with smoothing_alpha=None")
+    return replace(state, float_model=model)
 
 
 def run_plan(state: QuantState) -> QuantState:

@@ -177,7 +177,7 @@ def test_float_readers_of_a_float_value_keep_it_exact():
 def test_smoothing_is_exact_in_float_and_moves_the_outlier_into_the_weights():
     calib = _tokens(8)
     model = prepare(_layer())
-    assert [s.norm.name for s in smoothing_sites(model.graph)] == ["ln1"]
+    assert [s.absorber.name for s in smoothing_sites(model.graph)] == ["ln1"]
     ref = [run_ort(model, f)[0] for f in calib]
     data = CalibrationData.from_source(calib).bind(input_specs(model))
     smoothed = smooth(model, data, QuantConfig(progress=False).refinements.smoothing_alpha)
