@@ -26,8 +26,8 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, DEPTHWISE_INPUTS, METHODS,
-                                   SPEED_FALLBACKS, SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS, CalibrationOptions,
-                                   QuantConfig, RangeOptions, RefinementOptions)
+                                   SMOOTHING_SITES, SPEED_FALLBACKS, SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS,
+                                   CalibrationOptions, QuantConfig, RangeOptions, RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
 from qnnx.targets import TARGETS
@@ -78,6 +78,7 @@ SymmetricActivations = enum.Enum("SymmetricActivations", {m: m for m in SYMMETRI
 DepthwiseInputs = enum.Enum("DepthwiseInputs", {m: m for m in DEPTHWISE_INPUTS}, type=str)
 BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, type=str)
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
+SmoothingSites = enum.Enum("SmoothingSites", {m: m for m in SMOOTHING_SITES}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
@@ -345,6 +346,16 @@ def quantize(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
             "NOT meaningful for accuracy: for trying the tool or timing only")] = False,
+        smoothing_alpha: Annotated[float | None, typer.Option(
+            "--smoothing-alpha", metavar="A", rich_help_panel=_REFINEMENTS,
+            help="SmoothQuant strength in (0, 1]: how much of each activation channel's range moves into the "
+            "weights reading it; 0 turns smoothing off")] = _F.smoothing_alpha,
+        smoothing_sites: Annotated[SmoothingSites, typer.Option(
+            "--smoothing-sites", rich_help_panel=_REFINEMENTS,
+            help="'norms' smooths LayerNorm outputs read by MatMuls; 'matmuls' every activation a MatMul with a "
+            "constant weight reads (a value projection or a new Mul divides it where no norm can; new Muls only with "
+            "--target openvino, which folds them into its quantizers)")]
+        = SmoothingSites(_F.smoothing_sites),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding", rich_help_panel=_REFINEMENTS,
             help="'gptq' rounds the weights of depthwise and ungrouped convs for the conv's output error on the "
@@ -435,7 +446,8 @@ def quantize(
                             depthwise_inputs=depthwise_inputs.value),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
-        refinements=RefinementOptions(sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
+        refinements=RefinementOptions(smoothing_alpha=smoothing_alpha or None, smoothing_sites=smoothing_sites.value,
+                                      sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
                                       min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
                                       symmetric_activations=symmetric_activations.value,

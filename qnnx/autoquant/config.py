@@ -146,7 +146,8 @@ class RefinementOptions:
 
     ``smoothing_alpha``: SmoothQuant strength; None: off.
     ``smoothing_sites``: "norms" smooths LayerNorm outputs read by MatMuls; "matmuls" every activation a
-    MatMul with a constant weight reads (a value projection or a new Mul divides it where no norm can).
+    MatMul with a constant weight reads (a value projection or a new Mul divides it where no norm can; new
+    Muls only on a target that folds them into its quantizers: OpenVINO).
     ``weight_rounding``: "gptq" rounds conv weights for the conv's output error, the others nearest;
     "gptq_all" MatMul and Gemm weights too; "nearest" each weight alone.
     ``bias_correction``: "sequential" folds each conv's mean output shift against float into its bias,

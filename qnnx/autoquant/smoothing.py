@@ -115,8 +115,9 @@ def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | No
     return (p, bias) if w is not None and w.shape[1] == channels else None
 
 
-def smoothing_sites(graph: ir.Graph, sites: str = "norms") -> list[SmoothingSite]:
-    """Every activation of ``graph`` to smooth, in graph order (``sites``: "norms" or "matmuls", above)."""
+def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True) -> list[SmoothingSite]:
+    """Every activation of ``graph`` to smooth, in graph order (``sites``: "norms" or "matmuls", above;
+    ``muls=False``: none that a new Mul would divide)."""
     found, seen = [], set()
     for node in graph:
         w = _weight(node)
@@ -137,7 +138,7 @@ def smoothing_sites(graph: ir.Graph, sites: str = "norms") -> list[SmoothingSite
             found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others))
         elif sites == "matmuls" and (projection := _value_projection(y, channels)) is not None:
             found.append(SmoothingSite(y, tuple(matmuls), "projection", *projection, other_readers=others))
-        elif sites == "matmuls":
+        elif sites == "matmuls" and muls:
             found.append(SmoothingSite(y, tuple(matmuls), "mul", other_readers=others))
     return found
 
@@ -192,15 +193,16 @@ def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None
         restore.name = name
 
 
-def smooth(model: ir.Model, data, alpha: float | None, sites: str = "norms", *,
+def smooth(model: ir.Model, data, alpha: float | None, sites: str = "norms", *, muls: bool = True,
            projections: bool = True) -> ir.Model:
     """Apply smoothing to every site of ``model``, in place (``alpha`` None: nothing); the channel
-    maxima come from one streamed pass over ``data`` (a bound CalibrationData). ``projections=False``
-    divides by a Mul where a value projection would absorb ``1 / s``. Returns ``model``."""
-    found = smoothing_sites(model.graph, sites)
+    maxima come from one streamed pass over ``data`` (a bound CalibrationData). ``muls=False``: no site
+    a new Mul would divide; ``projections=False``: the value projections' sites are divided by a Mul
+    too (or left, without ``muls``). Returns ``model``."""
+    found = smoothing_sites(model.graph, sites, muls=muls)
     if not projections:
         found = [SmoothingSite(f.value, f.matmuls, "mul", other_readers=f.other_readers)
-                 if f.kind == "projection" else f for f in found]
+                 if f.kind == "projection" else f for f in found if f.kind != "projection" or muls]
     if alpha is None or not found:
         return model
     values = [site.value for site in found]

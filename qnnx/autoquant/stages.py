@@ -149,19 +149,21 @@ def run_hold_out(state: QuantState) -> QuantState:
 
 
 def run_smooth(state: QuantState) -> QuantState:
-    """SmoothQuant (smoothing.py), checked on the first samples against the float model as preparation is:
-    a value projection whose columns are not the smoothed channels after all gives way to a Mul; a smoothed
-    model that still computes something else is refused."""
+    """SmoothQuant (smoothing.py), new Muls only on a target that folds them into its quantizers; checked on
+    the first samples against the float model as preparation is: a value projection whose columns are not
+    the smoothed channels after all gives way to a Mul (or is left); a smoothed model that still computes
+    something else is refused."""
     r = state.config.refinements
-    if r.smoothing_alpha is None or not smoothing_sites(state.float_model.graph, r.smoothing_sites):
+    muls = target(state.config.target).folds_scales_into_quantizers
+    if r.smoothing_alpha is None or not smoothing_sites(state.float_model.graph, r.smoothing_sites, muls=muls):
         return state
     probe = list(state.samples[:PREPARE_CHECK_SAMPLES])
     reference = _outputs(state.float_model, probe)
     original = ir.from_proto(ir.to_proto(state.float_model)) if r.smoothing_sites == "matmuls" else None
-    model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites)
+    model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls)
     _, why = _check(model, reference, probe)
     if why and original is not None:
-        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, projections=False)
+        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False)
         _, why = _check(model, reference, probe)
     if why:
         raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize with smoothing_alpha=None")

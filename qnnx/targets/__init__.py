@@ -18,6 +18,8 @@ code of automatic quantization:
                                        exact there
     per_channel_depthwise_inputs       whether its depthwise convs take per-channel (axis 1) input qparams
                                        (``per_channel_depthwise``: the config's depthwise_inputs resolved)
+    folds_scales_into_quantizers       whether a float Mul by a constant right before a quantizer costs
+                                       nothing there (folded into it): smoothing may then divide by a Mul
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved

@@ -231,6 +231,120 @@ def test_smoothing_alpha_is_validated(alpha):
         QuantConfig(smoothing_alpha=alpha)
 
 
+HEADS = 2
+
+
+@cache
+def _attention_layer(scrambled: bool = False):
+    """(Built once.) x -> LN -> Q/K/V (two heads) -> softmax(q k^T) v -> output projection -> + LN output ->
+    LN -> FFN (GELU, one channel of it an outlier) -> y. ``scrambled``: the value heads are split as
+    (dim, head) but merged back as (head, dim), so the context's channels are not the value projection's."""
+    g = Graph(opset=17)
+    rng = np.random.default_rng(7)  # its own draws: the same weights whichever test builds it first
+    _w = lambda rows, cols: (rng.standard_normal((rows, cols)) * 0.3).astype(np.float32)  # noqa: E731
+    d = H // HEADS
+    ones, zeros = np.ones(H, np.float32), np.zeros(H, np.float32)
+    shape = lambda dims: g.const(np.array(dims, np.int64))  # noqa: E731
+    n1 = g.node("LayerNormalization", [g.input("x", [1, T, H]), g.const(ones), g.const(zeros)], name="ln1",
+                axis=-1, out="n1")
+    proj = {k: g.node("Add", [g.node("MatMul", [n1, g.const(_w(H, H))], name=k), g.const(_w(1, H)[0])],
+                      name=f"{k}_bias") for k in ("q", "k", "v")}
+    heads = {k: g.node("Transpose", [g.node("Reshape", [proj[k], shape([1, T, HEADS, d])])], perm=[0, 2, 1, 3])
+             for k in ("q", "k")}
+    if scrambled:
+        heads["v"] = g.node("Transpose", [g.node("Reshape", [proj["v"], shape([1, T, d, HEADS])])], perm=[0, 3, 1, 2])
+    else:
+        heads["v"] = g.node("Transpose", [g.node("Reshape", [proj["v"], shape([1, T, HEADS, d])])], perm=[0, 2, 1, 3])
+    scores = g.node("MatMul", [heads["q"], g.node("Transpose", [heads["k"]], perm=[0, 1, 3, 2])], name="qk")
+    p = g.node("Softmax", [scores], name="softmax", axis=-1)
+    c = g.node("MatMul", [p, heads["v"]], name="pv")
+    ctx = g.node("Reshape", [g.node("Transpose", [c], perm=[0, 2, 1, 3]), shape([1, T, H])], out="ctx")
+    o = g.node("Add", [g.node("MatMul", [ctx, g.const(_w(H, H))], name="out"), g.const(_w(1, H)[0])])
+    n2 = g.node("LayerNormalization", [g.node("Add", [o, n1]), g.const(ones), g.const(zeros)], name="ln2", axis=-1)
+    w_up = _w(H, F)
+    w_up[:, 5] *= 20  # an outlier channel in the GELU output
+    act = _gelu(g, g.node("MatMul", [n2, g.const(w_up)], name="up"), prefix="act")
+    down = g.node("MatMul", [act, g.const(_w(F, H))], name="down")
+    g.node("LayerNormalization", [g.node("Add", [down, n2]), g.const(ones), g.const(zeros)], name="ln3", axis=-1,
+           out="y")
+    return g.model("y")
+
+
+def test_smoothing_every_matmul_input_finds_who_divides():
+    model = prepare(_attention_layer())
+    assert [s.absorber.name for s in smoothing_sites(model.graph)] == ["ln1", "ln2"]
+    kinds = {tuple(m.name for m in s.matmuls): (s.kind, s.absorber.name if s.absorber else None)
+             for s in smoothing_sites(model.graph, "matmuls")}
+    assert kinds == {("q", "k", "v"): ("norm", "ln1"), ("out",): ("projection", "v"), ("up",): ("norm", "ln2"),
+                     ("down",): ("mul", None)}
+
+
+@pytest.mark.parametrize("scrambled", [False, True])
+def test_smoothing_every_matmul_input_is_exact_in_float(scrambled):
+    """Applied blindly, the scrambled heads' projection changes the outputs; the stage sees it and divides
+    the context by a Mul instead (on OpenVINO, the quantized model then has a Mul before the output
+    projection)."""
+    calib = _tokens(8)
+    model = prepare(_attention_layer(scrambled))
+    ref = [run_ort(model, f)[0] for f in calib]
+    data = CalibrationData.from_source(calib).bind(input_specs(model))
+    blind = smooth(model, data, 0.8, "matmuls")
+    same = all(np.allclose(run_ort(blind, f)[0], r, rtol=1e-4, atol=1e-4) for f, r in zip(calib, ref))
+    assert same != scrambled
+    qm = qnnx.quantize(_attention_layer(scrambled), calib, QuantConfig(progress=False, target="openvino",
+                                                                       smoothing_alpha=0.8, smoothing_sites="matmuls"))
+    out = nodes_by_name(qm.qdq)["out"]
+    x = out.inputs[0]
+    while x.producer().op_type in ("QuantizeLinear", "DequantizeLinear"):
+        x = x.producer().inputs[0]
+    assert x.producer().op_type == ("Mul" if scrambled else "Reshape")
+    for f in _tokens(4, seed=9):
+        assert _cosine(run_ort(qm.qdq, f)[0], run_ort(_attention_layer(scrambled), f)[0]) > 0.95  # a working model
+
+
+@cache
+def _gelu_ffn():
+    """x -> linear -> GELU (one channel an outlier) -> linear -> LN -> y: no LayerNorm to divide the GELU output."""
+    g = Graph(opset=17)
+    rng = np.random.default_rng(8)
+    w_up = (rng.standard_normal((H, F)) * 0.3).astype(np.float32)
+    w_up[:, 5] *= 20
+    act = _gelu(g, g.node("MatMul", [g.input("x", [1, T, H]), g.const(w_up)], name="up"), prefix="act")
+    down = g.node("MatMul", [act, g.const((rng.standard_normal((F, H)) * 0.3).astype(np.float32))], name="down")
+    g.node("LayerNormalization", [down, g.const(np.ones(H, np.float32))], name="ln", axis=-1, out="y")
+    return g.model("y")
+
+
+def test_smoothing_mul_stays_float_before_the_quantizer_and_helps():
+    """On OpenVINO the GELU output's Mul stays float with the quantizer right after it (the plugin folds it
+    there), and smoothing it brings the quantized layer closer to float than leaving it."""
+    calib, ev = _tokens(16, outlier=1.0), _tokens(8, seed=9, outlier=1.0)
+    ref = [run_ort(_gelu_ffn(), f)[0] for f in ev]
+    sqnr = {}
+    for sites in ("norms", "matmuls"):
+        qm = qnnx.quantize(_gelu_ffn(), calib, QuantConfig(progress=False, target="openvino", smoothing_alpha=0.8,
+                                                            smoothing_sites=sites))
+        sqnr[sites] = _sqnr_db(ref, [run_ort(qm.qdq, f)[0] for f in ev])
+    q = nodes_by_name(qm.qdq)["down"].inputs[0].producer().inputs[0].producer()
+    assert q.op_type == "QuantizeLinear" and q.inputs[0].producer().op_type == "Mul"
+    assert sqnr["matmuls"] > sqnr["norms"] + 3, sqnr
+
+
+def test_smoothing_adds_no_mul_on_onnx_runtime():
+    """ONNX Runtime quantizes the GELU's output itself: a Mul after it would round the value twice, so
+    "matmuls" adds none there (the same model as "norms")."""
+    calib = _tokens(8, outlier=1.0)
+    models = [qnnx.quantize(_gelu_ffn(), calib, QuantConfig(progress=False, smoothing_alpha=0.8, smoothing_sites=s))
+              for s in ("norms", "matmuls")]
+    assert [n.op_type for n in models[1].qdq.graph] == [n.op_type for n in models[0].qdq.graph]
+    assert not any("smooth" in n.name for n in models[1].qdq.graph)
+
+
+def test_smoothing_sites_is_validated():
+    with pytest.raises(QnnxError, match="smoothing_sites"):
+        QuantConfig(smoothing_sites="all")
+
+
 def test_canonical_linear_layer_keeps_the_bias_in_the_integer_matmul():
     """FQ2I turns DQ -> MatMul -> Add(DQ int32 bias) -> Q into one qnnx.matmul with its bias input
     and a requantize: no float op left, and the same integers as ONNX Runtime's QDQ run within one

@@ -71,6 +71,9 @@ class OnnxRuntimeTarget:
     pairs_input_channels = False
     # Its QLinearConv takes one input scale and zero point (and its QDQ fusion rejects per-channel ones).
     per_channel_depthwise_inputs = False
+    # A float Mul before a quantizer is one more float op here, and the elementwise unit making its input
+    # (a GELU, for one) is quantized whole: smoothing would round that value twice.
+    folds_scales_into_quantizers = False
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""
