@@ -346,11 +346,10 @@ def quantize(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
             "NOT meaningful for accuracy: for trying the tool or timing only")] = False,
-        smoothing_alpha: Annotated[str, typer.Option(
-            "--smoothing-alpha", metavar="A|auto|off", rich_help_panel=_REFINEMENTS,
+        smoothing_alpha: Annotated[float | None, typer.Option(
+            "--smoothing-alpha", metavar="A", rich_help_panel=_REFINEMENTS,
             help="SmoothQuant strength in (0, 1]: how much of each activation channel's range moves into the "
-            "weights reading it; 'auto' picks, at each site, the strength (or none) that leaves its readers "
-            "the least error; 'off' no smoothing")] = str(_F.smoothing_alpha),
+            "weights reading it; 0 turns smoothing off")] = _F.smoothing_alpha,
         smoothing_sites: Annotated[SmoothingSites, typer.Option(
             "--smoothing-sites", rich_help_panel=_REFINEMENTS,
             help="'norms' smooths LayerNorm outputs read by MatMuls; 'matmuls' every activation a MatMul with a "
@@ -447,8 +446,7 @@ def quantize(
                             depthwise_inputs=depthwise_inputs.value),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
-        refinements=RefinementOptions(smoothing_alpha=_smoothing_alpha(smoothing_alpha),
-                                      smoothing_sites=smoothing_sites.value,
+        refinements=RefinementOptions(smoothing_alpha=smoothing_alpha or None, smoothing_sites=smoothing_sites.value,
                                       sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
                                       min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
@@ -503,16 +501,6 @@ def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
     from qnnx.ir.io import save_text
 
     save_text(json.dumps({"float_kinds": list(kinds)}) + "\n", path)
-
-
-def _smoothing_alpha(text: str) -> float | str | None:
-    """--smoothing-alpha: a number, 'auto' or 'off'."""
-    if text in ("auto", "off"):
-        return None if text == "off" else text
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"--smoothing-alpha takes a number in (0, 1], 'auto' or 'off', not {text!r}") from None
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:

@@ -144,8 +144,7 @@ class RefinementOptions:
     """The optional steps, each a module of autoquant/refinements (smoothing is a transform of the
     float model before planning).
 
-    ``smoothing_alpha``: SmoothQuant strength in (0, 1]; "auto" the one of a few (or none) that leaves each
-    site's readers the least error, quantized as the config says; None: off.
+    ``smoothing_alpha``: SmoothQuant strength; None: off.
     ``smoothing_sites``: "norms" smooths LayerNorm outputs read by MatMuls; "matmuls" every activation a
     MatMul with a constant weight reads (a value projection or a new Mul divides it where no norm can; new
     Muls only on a target that folds them into its quantizers: OpenVINO).
@@ -171,7 +170,7 @@ class RefinementOptions:
     whose outputs still end far from float; False writes it whatever its outputs (the report warns).
     """
 
-    smoothing_alpha: float | str | None = 0.5
+    smoothing_alpha: float | None = 0.5
     smoothing_sites: str = "norms"
     weight_rounding: str = "gptq"
     bias_correction: str = "sequential"
@@ -190,9 +189,8 @@ class RefinementOptions:
         if self.max_drop is not None and (isinstance(self.max_drop, bool) or not isinstance(self.max_drop, (int, float))
                                           or not 0 <= self.max_drop < float("inf")):
             raise QnnxError(f"max_drop must be a finite number >= 0, got {self.max_drop!r}")
-        alpha = self.smoothing_alpha
-        if alpha is not None and alpha != "auto" and (isinstance(alpha, (bool, str)) or not 0 < alpha <= 1):
-            raise QnnxError(f"smoothing_alpha must be in (0, 1], 'auto' or None, got {alpha!r}")
+        if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
+            raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
         if isinstance(self.speed_fallback, bool):
             object.__setattr__(self, "speed_fallback", "on" if self.speed_fallback else "off")
         _choice("speed_fallback", self.speed_fallback, SPEED_FALLBACKS)

@@ -193,51 +193,12 @@ def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None
         restore.name = name
 
 
-AUTO_ALPHAS = (0.25, 0.5, 0.65, 0.8, 0.95)  # the strengths "auto" tries at each site, beside none
-AUTO_ROWS = 2048  # activation rows (tokens) per site it scores them on: the first ones of the calibration data
-
-
-def quantized_error(rows: np.ndarray, weights: list[np.ndarray], outputs: list[np.ndarray], s: np.ndarray | None,
-                    weight_levels: float) -> float:
-    """The readers' summed relative output error (``||x_q W_q - x W||^2 / ||x W||^2``, ``outputs`` the
-    ``x W``) when ``rows / s`` is quantized per tensor to uint8 over its own min/max and ``s * W`` per column,
-    symmetric, to ``weight_levels`` steps each side (63.5 for 7-bit weights, 127 for 8): what smoothing
-    by ``s`` leaves."""
-    x = rows if s is None else rows / s
-    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
-    step = (hi - lo) / 255 or 1.0
-    zero = np.round(-lo / step)
-    xq = (np.clip(np.round(x / step) + zero, 0, 255) - zero) * step
-    error = 0.0
-    for w, ref in zip(weights, outputs):
-        ws = w if s is None else w * s[:, None]
-        wstep = np.abs(ws).max(axis=0) / weight_levels
-        wstep[wstep == 0] = 1.0
-        got = xq.astype(np.float32) @ (np.round(ws / wstep) * wstep).astype(np.float32)
-        error += float(np.sum((got - ref) ** 2, dtype=np.float64) / max(float(np.sum(ref ** 2, dtype=np.float64)), 1e-30))
-    return error
-
-
-def _best_scales(rows: np.ndarray, absmax: np.ndarray, weights: list[np.ndarray], weight_levels: float):
-    """The scales of the strength in AUTO_ALPHAS that leaves the least :func:`quantized_error`, or None when
-    leaving the activation as it is leaves less."""
-    outputs = [rows.astype(np.float32) @ w.astype(np.float32) for w in weights]
-    best, best_error = None, quantized_error(rows, weights, outputs, None, weight_levels)
-    for alpha in AUTO_ALPHAS:
-        s = smoothing_scales(absmax, weights, alpha)
-        error = quantized_error(rows, weights, outputs, s, weight_levels)
-        if error < best_error:
-            best, best_error = s, error
-    return best
-
-
-def smooth(model: ir.Model, data, alpha: float | str | None, sites: str = "norms", *, muls: bool = True,
-           projections: bool = True, weight_levels: float = 63.5) -> ir.Model:
-    """Apply smoothing to every site of ``model``, in place (``alpha`` None: nothing; "auto": at each site the
-    strength of AUTO_ALPHAS, or none, that leaves its readers the least :func:`quantized_error` with weights
-    of ``weight_levels``); the channel maxima come from one streamed pass over ``data`` (a bound
-    CalibrationData). ``muls=False``: no site a new Mul would divide; ``projections=False``: the value
-    projections' sites are divided by a Mul too (or left, without ``muls``). Returns ``model``."""
+def smooth(model: ir.Model, data, alpha: float | None, sites: str = "norms", *, muls: bool = True,
+           projections: bool = True) -> ir.Model:
+    """Apply smoothing to every site of ``model``, in place (``alpha`` None: nothing); the channel
+    maxima come from one streamed pass over ``data`` (a bound CalibrationData). ``muls=False``: no site
+    a new Mul would divide; ``projections=False``: the value projections' sites are divided by a Mul
+    too (or left, without ``muls``). Returns ``model``."""
     found = smoothing_sites(model.graph, sites, muls=muls)
     if not projections:
         found = [SmoothingSite(f.value, f.matmuls, "mul", other_readers=f.other_readers)
@@ -248,20 +209,12 @@ def smooth(model: ir.Model, data, alpha: float | str | None, sites: str = "norms
     sess = runtime.session(model, outputs=values, purpose=" to calibrate it")
     names = [v.name for v in values]
     absmax: list[np.ndarray | None] = [None] * len(found)
-    rows: list[list[np.ndarray]] = [[] for _ in found]
     for feed in data:
         for i, y in enumerate(runtime.run(sess, names, feed)):
-            y = y.reshape(-1, y.shape[-1])
-            a = np.abs(y).max(axis=0)
+            a = np.abs(y).reshape(-1, y.shape[-1]).max(axis=0)
             absmax[i] = a if absmax[i] is None else np.maximum(absmax[i], a)
-            if alpha == "auto" and sum(len(r) for r in rows[i]) < AUTO_ROWS:
-                rows[i].append(y[:AUTO_ROWS - sum(len(r) for r in rows[i])].astype(np.float64))
-    scales = []  # from the original weights, before any site changes them
-    for i, site in enumerate(found):
-        weights = [const_array(mm.inputs[1]).astype(np.float64) for mm in site.matmuls]
-        scales.append(_best_scales(np.concatenate(rows[i]), absmax[i], weights, weight_levels) if alpha == "auto"
-                      else smoothing_scales(absmax[i], weights, alpha))
+    scales = [smoothing_scales(a, [const_array(mm.inputs[1]) for mm in site.matmuls], alpha)
+              for site, a in zip(found, absmax)]  # from the original weights, before any site changes them
     for site, s in zip(found, scales):
-        if s is not None:
-            apply_smoothing(model.graph, site, s.astype(np.float32))
+        apply_smoothing(model.graph, site, s)
     return model

@@ -32,7 +32,7 @@ from qnnx.data import CalibrationData, input_specs
 from qnnx.errors import QnnxError
 from qnnx.frontends.fq2i import convert
 from qnnx.metrics import compare_models, float_outputs
-from qnnx.targets import target, weight_grid
+from qnnx.targets import target
 
 
 PREPARE_CHECK_SAMPLES = 2  # samples the prepared model is checked against the original on
@@ -160,12 +160,10 @@ def run_smooth(state: QuantState) -> QuantState:
     probe = list(state.samples[:PREPARE_CHECK_SAMPLES])
     reference = _outputs(state.float_model, probe)
     original = ir.from_proto(ir.to_proto(state.float_model)) if r.smoothing_sites == "matmuls" else None
-    levels = 63.5 if weight_grid(state.config.target, state.config.weight_bits).range("MatMul") == (-64, 64) else 127.0
-    model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, weight_levels=levels)
+    model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls)
     _, why = _check(model, reference, probe)
     if why and original is not None:
-        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False,
-                       weight_levels=levels)
+        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False)
         _, why = _check(model, reference, probe)
     if why:
         raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize with smoothing_alpha=None")
