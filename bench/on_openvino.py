@@ -23,6 +23,9 @@ the protocol's disjoint sets), the same samples calibrate
   ``depthwise_inputs="per_channel"`` (a depthwise conv's input quantized per channel);
 - ``qnnx_w8`` (only with ``--with-8bit``): the same with ``weight_bits=8`` (no 7-bit headroom: exact on
   CPUs whose int8 kernels sum in 32 bits, VNNI or AMX);
+- ``qnnx_transformer`` (only with ``--with-transformer-recipe``): qnnx's opt-ins for a transformer on
+  OpenVINO together: every MatMul input smoothed (``smoothing_sites="matmuls"``, ``smoothing_alpha=0.8``),
+  pair-limited MatMul/Gemm weights GPTQ-rounded (``weight_bits="pairs"``, ``weight_rounding="gptq_all"``);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -85,7 +88,9 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
 QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"},
                 "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
                 "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"},
-                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_w8": {"weight_bits": 8}}
+                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_w8": {"weight_bits": 8},
+                "qnnx_transformer": {"smoothing_sites": "matmuls", "smoothing_alpha": 0.8, "weight_bits": "pairs",
+                                     "weight_rounding": "gptq_all"}}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
@@ -214,6 +219,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
                + (["qnnx_pairs_gptq"] if args.with_pairs_gptq else [])
                + (["qnnx_dw_channel"] if args.with_per_channel_depthwise else [])
                + (["qnnx_w8"] if args.with_8bit else [])
+               + (["qnnx_transformer"] if args.with_transformer_recipe else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric],
            "configs": {c: {"per_seed": [], "errors": {}, "seconds": [], "agreement": []} for c in configs}}
@@ -321,9 +327,12 @@ def main() -> None:
                     help="also qnnx with depthwise_inputs='per_channel' (depthwise conv inputs per channel)")
     ap.add_argument("--with-8bit", action="store_true",
                     help="also qnnx with weight_bits=8 (8-bit weights: exact on CPUs whose int8 kernels sum in 32 bits)")
+    ap.add_argument("--with-transformer-recipe", action="store_true",
+                    help="also qnnx with every MatMul input smoothed (alpha 0.8) and pair-limited, GPTQ-rounded "
+                         "MatMul/Gemm weights")
     ap.add_argument("--only", nargs="+",
                     help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all "
-                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_w8 qnnx_ort)")
+                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_w8 qnnx_transformer qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     ap.add_argument("--time-spec", help=argparse.SUPPRESS)  # one timing process of latency()
     args = ap.parse_args()

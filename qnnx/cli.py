@@ -282,12 +282,13 @@ def quantize(
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[str, typer.Option(
-            "--weight-bits", metavar="7|8|pairs",
+            "--weight-bits", metavar="7|8|pairs|auto",
             help="7: weights within [-64, 64], so that the u8 x s8 kernels of ONNX Runtime and OpenVINO, which add "
             "pairs of products in 16 bits on x86 without VNNI, compute the model exactly on every CPU; 8: full "
             "int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM); pairs (--target openvino): "
             "7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within "
-            "128, which OpenVINO's kernels pair and sum exactly")] = str(QuantConfig.weight_bits),
+            "128, which OpenVINO's kernels pair and sum exactly; auto: the target's (7 on onnxruntime, pairs on "
+            "openvino)")] = str(QuantConfig.weight_bits),
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
@@ -346,21 +347,24 @@ def quantize(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
             "NOT meaningful for accuracy: for trying the tool or timing only")] = False,
-        smoothing_alpha: Annotated[float | None, typer.Option(
-            "--smoothing-alpha", metavar="A", rich_help_panel=_REFINEMENTS,
+        smoothing_alpha: Annotated[str, typer.Option(
+            "--smoothing-alpha", metavar="A|off|auto", rich_help_panel=_REFINEMENTS,
             help="SmoothQuant strength in (0, 1]: how much of each activation channel's range moves into the "
-            "weights reading it; 0 turns smoothing off")] = _F.smoothing_alpha,
+            "weights reading it; off: no smoothing; auto: the target's (0.5 on onnxruntime, 0.8 on openvino)")]
+        = str(_F.smoothing_alpha),
         smoothing_sites: Annotated[SmoothingSites, typer.Option(
             "--smoothing-sites", rich_help_panel=_REFINEMENTS,
             help="'norms' smooths LayerNorm outputs read by MatMuls; 'matmuls' every activation a MatMul with a "
             "constant weight reads (a value projection or a new Mul divides it where no norm can; new Muls only with "
-            "--target openvino, which folds them into its quantizers)")]
+            "--target openvino, which folds them into its quantizers); auto: the target's (norms on onnxruntime, "
+            "matmuls on openvino)")]
         = SmoothingSites(_F.smoothing_sites),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding", rich_help_panel=_REFINEMENTS,
             help="'gptq' rounds the weights of depthwise and ungrouped convs for the conv's output error on the "
             "calibration inputs; 'gptq_all' those of MatMuls and Gemms too (within the pair limit with --weight-bits "
-            "pairs); 'nearest' rounds each weight alone")] = WeightRounding(_F.weight_rounding),
+            "pairs); 'nearest' rounds each weight alone; auto: the target's (gptq on onnxruntime, gptq_all on "
+            "openvino)")] = WeightRounding(_F.weight_rounding),
         bias_correction: Annotated[BiasCorrection, typer.Option(
             "--bias-correction", rich_help_panel=_REFINEMENTS,
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
@@ -446,7 +450,7 @@ def quantize(
                             depthwise_inputs=depthwise_inputs.value),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
-        refinements=RefinementOptions(smoothing_alpha=smoothing_alpha or None, smoothing_sites=smoothing_sites.value,
+        refinements=RefinementOptions(smoothing_alpha=_smoothing_alpha(smoothing_alpha), smoothing_sites=smoothing_sites.value,
                                       sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
                                       min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
@@ -501,6 +505,16 @@ def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
     from qnnx.ir.io import save_text
 
     save_text(json.dumps({"float_kinds": list(kinds)}) + "\n", path)
+
+
+def _smoothing_alpha(text: str) -> float | str | None:
+    """--smoothing-alpha: a number, 'off' or 'auto'."""
+    if text in ("auto", "off"):
+        return None if text == "off" else text
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--smoothing-alpha takes a number in (0, 1], 'off' or 'auto', not {text!r}") from None
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:

@@ -2,7 +2,7 @@
 
     prepare     source, data            -> float_model, renames, source_op_types, data (bound), samples
     hold_out    data, validation        -> data, samples, validation (held out), validation_reference
-    smooth      float_model, data       -> float_model (SmoothQuant, in place: exact in float)
+    smooth      float_model, data, samples -> float_model (SmoothQuant; checked exact in float on the samples)
     plan        float_model, config     -> exclusions, plan (as config.target executes it)
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
     realize     float_model, plan, qparams -> qdq, keep_float
@@ -283,7 +283,7 @@ PREPARE = Stage("prepare", run_prepare, ("source", "data", "config"),  # (+ repo
                 ("float_model", "renames", "source_op_types", "data", "samples"))
 HOLD_OUT = Stage("hold_out", run_hold_out, ("data", "validation", "float_model", "config"),
                  ("data", "samples", "validation", "validation_reference"))
-SMOOTH = Stage("smooth", run_smooth, ("float_model", "data", "config"), ("float_model",))
+SMOOTH = Stage("smooth", run_smooth, ("float_model", "data", "samples", "config"), ("float_model",))
 PLAN = Stage("plan", run_plan, ("float_model", "renames", "source_op_types", "config"), ("exclusions", "plan"))
 CALIBRATE = Stage("calibrate", run_calibrate, ("float_model", "plan", "data", "config"), ("plan", "qparams"))
 REALIZE = Stage("realize", run_realize, ("float_model", "plan", "qparams", "exclusions", "config"),

@@ -180,7 +180,7 @@ def test_smoothing_is_exact_in_float_and_moves_the_outlier_into_the_weights():
     assert [s.absorber.name for s in smoothing_sites(model.graph)] == ["ln1"]
     ref = [run_ort(model, f)[0] for f in calib]
     data = CalibrationData.from_source(calib).bind(input_specs(model))
-    smoothed = smooth(model, data, QuantConfig(progress=False).refinements.smoothing_alpha)
+    smoothed = smooth(model, data, QuantConfig(progress=False).resolved().refinements.smoothing_alpha)
     nodes = nodes_by_name(smoothed)
     assert nodes["residual"].inputs[1].name == "n1" and nodes["residual"].inputs[1].producer().op_type == "Mul"
     for f, r in zip(calib, ref):
