@@ -314,15 +314,18 @@ def main() -> None:
     ap.add_argument("--with-symmetric", action="store_true",
                     help="also qnnx with symmetric_activations='auto' (zero point 0 where the plugin's outputs allow)")
     ap.add_argument("--with-pairs", action="store_true",
-                    help="also the previous defaults with weight_bits='pairs' (MatMul/Gemm weights 8-bit, int16 pairs limited)")
+                    help="also the previous defaults with weight_bits='pairs' (MatMul/Gemm weights 8-bit, "
+                         "int16 pairs limited)")
     ap.add_argument("--with-gptq-all", action="store_true",
-                    help="also the previous defaults with weight_rounding='gptq_all' (MatMul/Gemm weights GPTQ-rounded too)")
+                    help="also the previous defaults with weight_rounding='gptq_all' (MatMul/Gemm weights "
+                         "GPTQ-rounded too)")
     ap.add_argument("--with-pairs-gptq", action="store_true",
                     help="also the previous defaults with both: weight_bits='pairs' and weight_rounding='gptq_all'")
     ap.add_argument("--with-per-channel-depthwise", action="store_true",
                     help="also qnnx with depthwise_inputs='per_channel' (depthwise conv inputs per channel)")
     ap.add_argument("--with-8bit", action="store_true",
-                    help="also the previous defaults with weight_bits=8 (8-bit weights: exact on CPUs whose int8 kernels sum in 32 bits)")
+                    help="also the previous defaults with weight_bits=8 (8-bit weights: exact on CPUs whose int8 "
+                         "kernels sum in 32 bits)")
     ap.add_argument("--with-previous-defaults", action="store_true",
                     help="also qnnx with the OpenVINO defaults before 2026-11-27 (7-bit weights, GPTQ for convs, "
                          "LayerNorm outputs smoothed at 0.5)")

@@ -878,7 +878,8 @@ def test_quantize_weight_bits_option(quantize_case, capsys, monkeypatch, argv, w
     assert _config_field_seen(quantize_case, monkeypatch, argv, "weight_bits") == [want]
 
 
-@pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"], "weight_bits must be one of 7, 8, pairs, auto, got '9'"),
+@pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"],
+                                            "weight_bits must be one of 7, 8, pairs, auto, got '9'"),
                                            (["--weight-bits", "pairs"], "how onnxruntime's kernels pair products was "
                                                                          "not checked")])
 def test_quantize_bad_weight_bits_is_one_line(quantize_case, capsys, argv, message):

@@ -37,14 +37,13 @@ import onnx_ir as ir
 from qnnx import runtime
 from qnnx.ir import Builder, const_array
 
-KINDS = ("norm", "projection", "mul")
 _MOVES = ("Reshape", "Transpose")  # data movement the projection's channels pass through unchanged
 
 
 @dataclass(frozen=True)
 class SmoothingSite:
     """An activation whose channels can be rescaled: ``value``, the MatMuls reading it as input A
-    with a constant rank-2 weight, how ``1 / s`` is applied (``kind``, one of KINDS), the node that
+    with a constant rank-2 weight, how ``1 / s`` is applied (``kind``: "norm", "projection" or "mul"), the node that
     absorbs it (the LayerNormalization or the value projection's MatMul; None for "mul"), the
     projection's bias Add (or None), and how many other readers ``value`` has."""
 
@@ -66,7 +65,8 @@ def _weight(node: ir.Node) -> np.ndarray | None:
 
 def _norm_absorbs(node: ir.Node | None) -> bool:
     """A LayerNormalization over the last axis with a per-channel scale (and bias)."""
-    if node is None or node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+    if (node is None or node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx")
+            or len(node.inputs) < 2):
         return False
     axis = node.attributes["axis"].value if "axis" in node.attributes else -1
     rank = node.outputs[0].shape.rank() if node.outputs[0].shape is not None else None
@@ -97,7 +97,9 @@ def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | No
     """The value projection (MatMul, bias Add or None) whose output columns are ``y``'s channels through
     an attention's ``MatMul(P, ...)`` and data movement only, each value read once; else None."""
     attention = _moved_from(y).producer()
-    if attention is None or attention.op_type != "MatMul" or len(attention.inputs) != 2 or _weight(attention) is not None:
+    if attention is None or attention.op_type != "MatMul" or len(attention.inputs) != 2:
+        return None
+    if _weight(attention) is not None:  # a linear layer, not probabilities times values
         return None
     v = _moved_from(attention.inputs[1])
     if _only_reader(v) is None or (p := v.producer()) is None:

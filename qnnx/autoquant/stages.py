@@ -155,18 +155,21 @@ def run_smooth(state: QuantState) -> QuantState:
     something else is refused."""
     r = state.config.refinements
     muls = target(state.config.target).folds_scales_into_quantizers
-    if r.smoothing_alpha is None or not smoothing_sites(state.float_model.graph, r.smoothing_sites, muls=muls):
+    sites = smoothing_sites(state.float_model.graph, r.smoothing_sites, muls=muls)
+    if r.smoothing_alpha is None or not sites:
         return state
     probe = list(state.samples[:PREPARE_CHECK_SAMPLES])
     reference = _outputs(state.float_model, probe)
-    original = ir.from_proto(ir.to_proto(state.float_model)) if r.smoothing_sites == "matmuls" else None
+    projections = any(site.kind == "projection" for site in sites)
+    original = ir.from_proto(ir.to_proto(state.float_model)) if projections else None
     model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls)
     _, why = _check(model, reference, probe)
     if why and original is not None:
         model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False)
         _, why = _check(model, reference, probe)
     if why:
-        raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize with smoothing_alpha=None")
+        raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize without it "
+                         "(smoothing_alpha=None, --smoothing-alpha off)")
     return replace(state, float_model=model)
 
 

@@ -54,7 +54,8 @@ def test_auto_options_are_the_targets_choice():
     """weight_bits, weight_rounding and smoothing default to "auto": each target's own choice, written
     out by resolved() (quantization runs on that); an option the user gives is kept on any target."""
     def chosen(c):
-        return c.weight_bits, c.refinements.weight_rounding, c.refinements.smoothing_sites, c.refinements.smoothing_alpha
+        r = c.refinements
+        return c.weight_bits, r.weight_rounding, r.smoothing_sites, r.smoothing_alpha
     assert chosen(QuantConfig()) == ("auto",) * 4
     assert chosen(QuantConfig().resolved()) == (7, "gptq", "norms", 0.5)
     assert chosen(QuantConfig(target="openvino").resolved()) == ("pairs", "gptq_all", "matmuls", 0.8)

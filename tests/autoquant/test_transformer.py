@@ -241,10 +241,15 @@ def _attention_layer(scrambled: bool = False):
     (dim, head) but merged back as (head, dim), so the context's channels are not the value projection's."""
     g = Graph(opset=17)
     rng = np.random.default_rng(7)  # its own draws: the same weights whichever test builds it first
-    _w = lambda rows, cols: (rng.standard_normal((rows, cols)) * 0.3).astype(np.float32)  # noqa: E731
+
+    def _w(rows, cols):
+        return (rng.standard_normal((rows, cols)) * 0.3).astype(np.float32)
+
+    def shape(dims):
+        return g.const(np.array(dims, np.int64))
+
     d = H // HEADS
     ones, zeros = np.ones(H, np.float32), np.zeros(H, np.float32)
-    shape = lambda dims: g.const(np.array(dims, np.int64))  # noqa: E731
     n1 = g.node("LayerNormalization", [g.input("x", [1, T, H]), g.const(ones), g.const(zeros)], name="ln1",
                 axis=-1, out="n1")
     proj = {k: g.node("Add", [g.node("MatMul", [n1, g.const(_w(H, H))], name=k), g.const(_w(1, H)[0])],
