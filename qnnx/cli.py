@@ -258,6 +258,11 @@ _EXPERT = "expert: activation ranges"
 _R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
 
 
+def _auto(option: str) -> str:
+    """What "auto" means for ``option`` on each target, for its --help."""
+    return "auto: the target's (" + ", ".join(f"{t.defaults[option]} on {name}" for name, t in TARGETS.items()) + ")"
+
+
 @app.command("quantize", cls=PanelCommand, short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why. The same inputs give a byte-identical file.'))
@@ -287,8 +292,7 @@ def quantize(
             "pairs of products in 16 bits on x86 without VNNI, compute the model exactly on every CPU; 8: full "
             "int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM); pairs (--target openvino): "
             "7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within "
-            "128, which OpenVINO's kernels pair and sum exactly; auto: the target's (7 on onnxruntime, pairs on "
-            "openvino)")] = str(QuantConfig.weight_bits),
+            "128, which OpenVINO's kernels pair and sum exactly; " + _auto("weight_bits"))] = str(QuantConfig.weight_bits),
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
@@ -350,21 +354,20 @@ def quantize(
         smoothing_alpha: Annotated[str, typer.Option(
             "--smoothing-alpha", metavar="A|off|auto", rich_help_panel=_REFINEMENTS,
             help="SmoothQuant strength in (0, 1]: how much of each activation channel's range moves into the "
-            "weights reading it; off: no smoothing; auto: the target's (0.5 on onnxruntime, 0.8 on openvino)")]
+            "weights reading it; off: no smoothing; " + _auto("smoothing_alpha"))]
         = str(_F.smoothing_alpha),
         smoothing_sites: Annotated[SmoothingSites, typer.Option(
             "--smoothing-sites", rich_help_panel=_REFINEMENTS,
             help="'norms' smooths LayerNorm outputs read by MatMuls; 'matmuls' every activation a MatMul with a "
             "constant weight reads (a value projection or a new Mul divides it where no norm can; new Muls only with "
-            "--target openvino, which folds them into its quantizers); auto: the target's (norms on onnxruntime, "
-            "matmuls on openvino)")]
+            "--target openvino, which folds them into its quantizers); " + _auto("smoothing_sites"))]
         = SmoothingSites(_F.smoothing_sites),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding", rich_help_panel=_REFINEMENTS,
             help="'gptq' rounds the weights of depthwise and ungrouped convs for the conv's output error on the "
             "calibration inputs; 'gptq_all' those of MatMuls and Gemms too (within the pair limit with --weight-bits "
-            "pairs); 'nearest' rounds each weight alone; auto: the target's (gptq on onnxruntime, gptq_all on "
-            "openvino)")] = WeightRounding(_F.weight_rounding),
+            "pairs); 'nearest' rounds each weight alone; " + _auto("weight_rounding"))]
+        = WeightRounding(_F.weight_rounding),
         bias_correction: Annotated[BiasCorrection, typer.Option(
             "--bias-correction", rich_help_panel=_REFINEMENTS,
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "

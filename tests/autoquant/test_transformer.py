@@ -448,3 +448,12 @@ def test_canonical_erf_gelu_is_one_table_lookup(half_first):
         ref = run_ort(qm.qdq, f)[0]
         got = qnnx.ReferenceEvaluator(ir.to_proto(canonical)).run(None, f)[0]
         np.testing.assert_allclose(got, ref, atol=step * 1.001, rtol=0)
+
+
+def test_openvino_defaults_smooth_every_matmul_input_and_say_so():
+    """On OpenVINO the "auto" options are its own choices, written out in the quantized model's config."""
+    qm = qnnx.quantize(_gelu_ffn(), _tokens(8, outlier=1.0), QuantConfig(progress=False, target="openvino"))
+    c = qm.config
+    assert (c.weight_bits, c.refinements.smoothing_sites, c.refinements.weight_rounding) == ("pairs", "matmuls", "gptq_all")
+    q = nodes_by_name(qm.qdq)["down"].inputs[0].producer().inputs[0].producer()
+    assert q.inputs[0].producer().op_type == "Mul"  # the GELU output's smoothing divisor
