@@ -13,14 +13,19 @@ the protocol's disjoint sets), the same samples calibrate
 - ``qnnx``: ``qnnx.quantize(..., QuantConfig(target="openvino"))``, the QDQ file it writes;
 - ``qnnx_sym`` (only with ``--with-symmetric``): the same with the opt-in ``symmetric_activations="auto"``
   (zero point 0 on the inputs where the plugin's outputs stay as close to float);
+- ``qnnx_pairs`` (only with ``--with-pairs``): the same with the opt-in ``weight_bits="pairs"`` (MatMul/Gemm
+  weights 8-bit with each same-sign pair of adjacent input channels within what the plugin's int16 sums hold);
+- ``qnnx_gptq_all`` (only with ``--with-gptq-all``): the same with the opt-in ``weight_rounding="gptq_all"``
+  (MatMul/Gemm weights GPTQ-rounded for their layer's output error too);
+- ``qnnx_pairs_gptq`` (only with ``--with-pairs-gptq``): both opt-ins (pair-limited MatMul/Gemm weights,
+  GPTQ-rounded within the pair limit);
 - ``qnnx_dw_channel`` (only with ``--with-per-channel-depthwise``): the same with the opt-in
   ``depthwise_inputs="per_channel"`` (a depthwise conv's input quantized per channel);
-- ``qnnx_before`` (only with ``--with-previous-defaults``): the OpenVINO defaults before 2026-11-27 (7-bit
-  weights, GPTQ for convs only, LayerNorm outputs smoothed at 0.5), and on top of them, as they were
-  measured (docs/benchmarks.md), ``qnnx_pairs`` (``--with-pairs``: ``weight_bits="pairs"``),
-  ``qnnx_gptq_all`` (``--with-gptq-all``: ``weight_rounding="gptq_all"``), ``qnnx_pairs_gptq``
-  (``--with-pairs-gptq``: both, today's OpenVINO default but for the smoothing) and ``qnnx_w8``
-  (``--with-8bit``: ``weight_bits=8``);
+- ``qnnx_w8`` (only with ``--with-8bit``): the same with ``weight_bits=8`` (no 7-bit headroom: exact on
+  CPUs whose int8 kernels sum in 32 bits, VNNI or AMX);
+- ``qnnx_transformer`` (only with ``--with-transformer-recipe``): qnnx's opt-ins for a transformer on
+  OpenVINO together: every MatMul input smoothed (``smoothing_sites="matmuls"``, ``smoothing_alpha=0.8``),
+  pair-limited MatMul/Gemm weights GPTQ-rounded (``weight_bits="pairs"``, ``weight_rounding="gptq_all"``);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -79,14 +84,13 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
     return None
 
 
-# qnnx's variants (QuantConfig options beyond target="openvino"): opt-ins on today's defaults, and the
-# defaults before 2026-11-27 with the opt-ins measured on them then
-BEFORE = {"smoothing_sites": "norms", "smoothing_alpha": 0.5, "weight_bits": 7, "weight_rounding": "gptq"}
-QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_dw_channel": {"depthwise_inputs": "per_channel"},
-                "qnnx_before": BEFORE, "qnnx_pairs": {**BEFORE, "weight_bits": "pairs"},
-                "qnnx_gptq_all": {**BEFORE, "weight_rounding": "gptq_all"},
-                "qnnx_pairs_gptq": {**BEFORE, "weight_bits": "pairs", "weight_rounding": "gptq_all"},
-                "qnnx_w8": {**BEFORE, "weight_bits": 8}}
+# qnnx's opt-in variants (QuantConfig options beyond target="openvino")
+QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"},
+                "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
+                "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"},
+                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_w8": {"weight_bits": 8},
+                "qnnx_transformer": {"smoothing_sites": "matmuls", "smoothing_alpha": 0.8, "weight_bits": "pairs",
+                                     "weight_rounding": "gptq_all"}}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):
@@ -215,7 +219,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
                + (["qnnx_pairs_gptq"] if args.with_pairs_gptq else [])
                + (["qnnx_dw_channel"] if args.with_per_channel_depthwise else [])
                + (["qnnx_w8"] if args.with_8bit else [])
-               + (["qnnx_before"] if args.with_previous_defaults else [])
+               + (["qnnx_transformer"] if args.with_transformer_recipe else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
     res = {"task": name, "metric": metric, "fp32": fp32[metric],
            "configs": {c: {"per_seed": [], "errors": {}, "seconds": [], "agreement": []} for c in configs}}
@@ -314,24 +318,21 @@ def main() -> None:
     ap.add_argument("--with-symmetric", action="store_true",
                     help="also qnnx with symmetric_activations='auto' (zero point 0 where the plugin's outputs allow)")
     ap.add_argument("--with-pairs", action="store_true",
-                    help="also the previous defaults with weight_bits='pairs' (MatMul/Gemm weights 8-bit, "
-                         "int16 pairs limited)")
+                    help="also qnnx with weight_bits='pairs' (MatMul/Gemm weights 8-bit, int16 pairs limited)")
     ap.add_argument("--with-gptq-all", action="store_true",
-                    help="also the previous defaults with weight_rounding='gptq_all' (MatMul/Gemm weights "
-                         "GPTQ-rounded too)")
+                    help="also qnnx with weight_rounding='gptq_all' (MatMul/Gemm weights GPTQ-rounded too)")
     ap.add_argument("--with-pairs-gptq", action="store_true",
-                    help="also the previous defaults with both: weight_bits='pairs' and weight_rounding='gptq_all'")
+                    help="also qnnx with both: weight_bits='pairs' and weight_rounding='gptq_all'")
     ap.add_argument("--with-per-channel-depthwise", action="store_true",
                     help="also qnnx with depthwise_inputs='per_channel' (depthwise conv inputs per channel)")
     ap.add_argument("--with-8bit", action="store_true",
-                    help="also the previous defaults with weight_bits=8 (8-bit weights: exact on CPUs whose int8 "
-                         "kernels sum in 32 bits)")
-    ap.add_argument("--with-previous-defaults", action="store_true",
-                    help="also qnnx with the OpenVINO defaults before 2026-11-27 (7-bit weights, GPTQ for convs, "
-                         "LayerNorm outputs smoothed at 0.5)")
+                    help="also qnnx with weight_bits=8 (8-bit weights: exact on CPUs whose int8 kernels sum in 32 bits)")
+    ap.add_argument("--with-transformer-recipe", action="store_true",
+                    help="also qnnx with every MatMul input smoothed (alpha 0.8) and pair-limited, GPTQ-rounded "
+                         "MatMul/Gemm weights")
     ap.add_argument("--only", nargs="+",
                     help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all "
-                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_w8 qnnx_before qnnx_ort)")
+                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_w8 qnnx_transformer qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     ap.add_argument("--time-spec", help=argparse.SUPPRESS)  # one timing process of latency()
     args = ap.parse_args()

@@ -501,6 +501,13 @@ class ProseEmbeddingTask(SentenceEmbeddingTask):
         e = np.asarray(outputs[minilm.PARAPHRASE_EMBEDDING], np.float64)[0]
         return e / max(float(np.linalg.norm(e)), 1e-12)
 
+    def agreement(self, ref_outputs_list, outputs_list):
+        """The raw measures on the embedding alone (the other outputs pass the int64 inputs through)."""
+        def pick(outs):
+            return [[o[minilm.PARAPHRASE_EMBEDDING]] for o in outs]
+        return {**self._agreement(ref_outputs_list, outputs_list), **raw_agreement(pick(ref_outputs_list),
+                                                                                     pick(outputs_list))}
+
 
 @cache
 def make_fp32_session(model_path: Path) -> ort.InferenceSession:

@@ -258,11 +258,6 @@ _EXPERT = "expert: activation ranges"
 _R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
 
 
-def _auto(option: str) -> str:
-    """What "auto" means for ``option`` on each target, for its --help."""
-    return "auto: the target's (" + ", ".join(f"{t.defaults[option]} on {name}" for name, t in TARGETS.items()) + ")"
-
-
 @app.command("quantize", cls=PanelCommand, short_help='quantize a float model with calibration samples',
              help=('Quantize a float model with calibration samples (static, int8 weights), then print what is '
                    'integer, what stayed float and why. The same inputs give a byte-identical file.'))
@@ -287,12 +282,12 @@ def quantize(
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[str, typer.Option(
-            "--weight-bits", metavar="7|8|pairs|auto",
+            "--weight-bits", metavar="7|8|pairs",
             help="7: weights within [-64, 64], so that the u8 x s8 kernels of ONNX Runtime and OpenVINO, which add "
             "pairs of products in 16 bits on x86 without VNNI, compute the model exactly on every CPU; 8: full "
             "int8 weights, for CPUs whose kernels accumulate in 32 bits (VNNI, ARM); pairs (--target openvino): "
             "7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within "
-            "128, which OpenVINO's kernels pair and sum exactly; " + _auto("weight_bits"))] = str(QuantConfig.weight_bits),
+            "128, which OpenVINO's kernels pair and sum exactly")] = str(QuantConfig.weight_bits),
         exclude_node: Annotated[list[str] | None, typer.Option(
             "--exclude-node", metavar="NAME", show_default=False,
             help="keep this node in float; a glob pattern ('/blocks.0/*') keeps every node it matches "
@@ -351,23 +346,21 @@ def quantize(
             "--random-calibration", rich_help_panel=_CALIBRATION,
             help="calibrate on random normal data instead of --calib (static input shapes only); the result is "
             "NOT meaningful for accuracy: for trying the tool or timing only")] = False,
-        smoothing_alpha: Annotated[str, typer.Option(
-            "--smoothing-alpha", metavar="A|off|auto", rich_help_panel=_REFINEMENTS,
+        smoothing_alpha: Annotated[float | None, typer.Option(
+            "--smoothing-alpha", metavar="A", rich_help_panel=_REFINEMENTS,
             help="SmoothQuant strength in (0, 1]: how much of each activation channel's range moves into the "
-            "weights reading it; off: no smoothing; " + _auto("smoothing_alpha"))]
-        = str(_F.smoothing_alpha),
+            "weights reading it; 0 turns smoothing off")] = _F.smoothing_alpha,
         smoothing_sites: Annotated[SmoothingSites, typer.Option(
             "--smoothing-sites", rich_help_panel=_REFINEMENTS,
             help="'norms' smooths LayerNorm outputs read by MatMuls; 'matmuls' every activation a MatMul with a "
             "constant weight reads (a value projection or a new Mul divides it where no norm can; new Muls only with "
-            "--target openvino, which folds them into its quantizers); " + _auto("smoothing_sites"))]
+            "--target openvino, which folds them into its quantizers)")]
         = SmoothingSites(_F.smoothing_sites),
         weight_rounding: Annotated[WeightRounding, typer.Option(
             "--weight-rounding", rich_help_panel=_REFINEMENTS,
             help="'gptq' rounds the weights of depthwise and ungrouped convs for the conv's output error on the "
             "calibration inputs; 'gptq_all' those of MatMuls and Gemms too (within the pair limit with --weight-bits "
-            "pairs); 'nearest' rounds each weight alone; " + _auto("weight_rounding"))]
-        = WeightRounding(_F.weight_rounding),
+            "pairs); 'nearest' rounds each weight alone")] = WeightRounding(_F.weight_rounding),
         bias_correction: Annotated[BiasCorrection, typer.Option(
             "--bias-correction", rich_help_panel=_REFINEMENTS,
             help="fold mean output errors into int32 biases: 'sequential' each conv's whole mean shift against "
@@ -453,7 +446,7 @@ def quantize(
                             depthwise_inputs=depthwise_inputs.value),
         calibration=CalibrationOptions(num_samples=num_samples, seed=seed, calibrator=calibrator.value,
                                        sequential_passes=sequential_passes, validation=_count_or_fraction(validation)),
-        refinements=RefinementOptions(smoothing_alpha=_smoothing_alpha(smoothing_alpha),
+        refinements=RefinementOptions(smoothing_alpha=smoothing_alpha or None,
                                       smoothing_sites=smoothing_sites.value,
                                       sqnr_threshold_db=sqnr_threshold, speed_fallback=speed_fallback.value,
                                       bias_correction=bias_correction.value, weight_rounding=weight_rounding.value,
@@ -509,16 +502,6 @@ def _write_speed_plan(path: str, kinds: tuple[str, ...]) -> None:
     from qnnx.ir.io import save_text
 
     save_text(json.dumps({"float_kinds": list(kinds)}) + "\n", path)
-
-
-def _smoothing_alpha(text: str) -> float | str | None:
-    """--smoothing-alpha: a number, 'off' or 'auto'."""
-    if text in ("auto", "off"):
-        return None if text == "off" else text
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"--smoothing-alpha takes a number in (0, 1], 'off' or 'auto', not {text!r}") from None
 
 
 def _count_or_fraction(text: str | None) -> int | float | None:

@@ -872,14 +872,13 @@ def test_random_calibration_refuses_a_huge_input_before_allocating(tmp_path, cap
     assert "input 'x' is STRING; random calibration makes float32 samples only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, want", [([], "auto"), (["--weight-bits", "8"], 8),
+@pytest.mark.parametrize("argv, want", [([], 7), (["--weight-bits", "8"], 8),
                                         (["--weight-bits", "pairs", "--target", "openvino"], "pairs")])
 def test_quantize_weight_bits_option(quantize_case, capsys, monkeypatch, argv, want):
     assert _config_field_seen(quantize_case, monkeypatch, argv, "weight_bits") == [want]
 
 
-@pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"],
-                                            "weight_bits must be one of 7, 8, pairs, auto, got '9'"),
+@pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"], "weight_bits must be one of 7, 8, pairs, got '9'"),
                                            (["--weight-bits", "pairs"], "how onnxruntime's kernels pair products was "
                                                                          "not checked")])
 def test_quantize_bad_weight_bits_is_one_line(quantize_case, capsys, argv, message):

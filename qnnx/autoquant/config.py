@@ -9,9 +9,7 @@ three sections of algorithm options, each a frozen dataclass of its own:
                  bias correction, SQNR and speed fallbacks)
 
 Every section field may also be given by name at the top level (``QuantConfig(method="minmax")``):
-the names are unique across sections, so it routes to the one section that owns it. A few options
-default to "auto", the target's own choice (the target's ``defaults``: the weight grid, weight rounding and
-smoothing); :meth:`QuantConfig.resolved` writes them out, and quantization runs on that. Why each default
+the names are unique across sections, so it routes to the one section that owns it. Why each default
 is what it is, with the measurements, is in docs/experiments.md (the current results: docs/benchmarks.md).
 """
 
@@ -21,17 +19,17 @@ from dataclasses import dataclass, field, fields, replace
 
 from qnnx.calibrate.observers import CONSUMER_FUNCTIONS, OBSERVERS, HistogramObserver
 from qnnx.errors import QnnxError
-from qnnx.targets import per_channel_depthwise, target, weight_grid
+from qnnx.targets import per_channel_depthwise, weight_grid
 
 METHODS = tuple(OBSERVERS)  # the registered observers, one per calibration method
 HISTOGRAM_METHODS = tuple(m for m, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
 ACTIVATION_DTYPES = ("uint8", "int8", "uint16", "int16")
 WEIGHT_DTYPES = ("int8",)
-WEIGHT_BITS = (7, 8, "pairs", "auto")
+WEIGHT_BITS = (7, 8, "pairs")
 CALIBRATORS = ("float", "sequential", "propagate_error")
 SPEED_FALLBACKS = ("off", "auto", "on")
-WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all", "auto")
-SMOOTHING_SITES = ("norms", "matmuls", "auto")
+WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all")
+SMOOTHING_SITES = ("norms", "matmuls")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
 SYMMETRIC_ACTIVATIONS = ("off", "auto")
 DEPTHWISE_INPUTS = ("per_tensor", "per_channel")
@@ -146,13 +144,12 @@ class RefinementOptions:
     """The optional steps, each a module of autoquant/refinements (smoothing is a transform of the
     float model before planning).
 
-    ``smoothing_alpha``: SmoothQuant strength in (0, 1]; None: off.
+    ``smoothing_alpha``: SmoothQuant strength; None: off.
     ``smoothing_sites``: "norms" smooths LayerNorm outputs read by MatMuls; "matmuls" every activation a
     MatMul with a constant weight reads (a value projection or a new Mul divides it where no norm can; new
     Muls only on a target that folds them into its quantizers: OpenVINO).
     ``weight_rounding``: "gptq" rounds conv weights for the conv's output error, the others nearest;
     "gptq_all" MatMul and Gemm weights too; "nearest" each weight alone.
-    These three are "auto" by default: the target's choice (its ``defaults``).
     ``bias_correction``: "sequential" folds each conv's mean output shift against float into its bias,
     stage by stage; "own" its own rounding error; "off".
     ``sqnr_threshold_db``: patterns whose output SQNR is below this stay float; None: off.
@@ -173,9 +170,9 @@ class RefinementOptions:
     whose outputs still end far from float; False writes it whatever its outputs (the report warns).
     """
 
-    smoothing_alpha: float | str | None = "auto"
-    smoothing_sites: str = "auto"
-    weight_rounding: str = "auto"
+    smoothing_alpha: float | None = 0.5
+    smoothing_sites: str = "norms"
+    weight_rounding: str = "gptq"
     bias_correction: str = "sequential"
     sqnr_threshold_db: float | None = None
     speed_fallback: str = "off"
@@ -192,9 +189,8 @@ class RefinementOptions:
         if self.max_drop is not None and (isinstance(self.max_drop, bool) or not isinstance(self.max_drop, (int, float))
                                           or not 0 <= self.max_drop < float("inf")):
             raise QnnxError(f"max_drop must be a finite number >= 0, got {self.max_drop!r}")
-        alpha = self.smoothing_alpha
-        if alpha is not None and alpha != "auto" and (isinstance(alpha, (bool, str)) or not 0 < alpha <= 1):
-            raise QnnxError(f"smoothing_alpha must be in (0, 1], 'auto' or None, got {alpha!r}")
+        if self.smoothing_alpha is not None and not 0 < self.smoothing_alpha <= 1:
+            raise QnnxError(f"smoothing_alpha must be in (0, 1] or None, got {self.smoothing_alpha}")
         if isinstance(self.speed_fallback, bool):
             object.__setattr__(self, "speed_fallback", "on" if self.speed_fallback else "off")
         _choice("speed_fallback", self.speed_fallback, SPEED_FALLBACKS)
@@ -218,12 +214,11 @@ class QuantConfig:
 
     ``activation_dtype`` uint8 (asymmetric: the u8 x s8 form x86 VNNI kernels take), int8, or 16-bit;
     ``weight_dtype`` int8, symmetric, per channel unless ``per_channel`` is False; ``weight_bits``: 7
-    (every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums of the
-    int8 kernels of ONNX Runtime and OpenVINO on x86 without VNNI: the model computes what its graph says
-    on every CPU), 8 for hardware whose kernels accumulate in 32 bits, "pairs" (OpenVINO: 7-bit convs,
-    MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within 128, which its
-    kernels pair and sum exactly; ``targets.execution.WeightGrid``), or "auto" (default: the target's,
-    7 on ONNX Runtime, "pairs" on OpenVINO); ``exclude_nodes``
+    (default: every weight in [-64, 64], so that a pair of u8 x s8 products cannot overflow the 16-bit sums
+    of the int8 kernels of ONNX Runtime and OpenVINO on x86 without VNNI: the model computes what its
+    graph says on every CPU), 8 for hardware whose kernels accumulate in 32 bits, or "pairs" (OpenVINO:
+    7-bit convs, MatMul/Gemm weights 8-bit with each same-sign pair on adjacent input channels within
+    128, which its kernels pair and sum exactly; ``targets.execution.WeightGrid``); ``exclude_nodes``
     (node names or glob patterns) and ``exclude_op_types`` stay float; ``allow_float``: return a model
     in which nothing ended up quantized instead of failing; ``target``: the runtime the written QDQ
     model is shaped for; ``progress``: progress lines on stderr.
@@ -232,7 +227,7 @@ class QuantConfig:
     activation_dtype: str = "uint8"
     activation_symmetric: bool = False
     weight_dtype: str = "int8"
-    weight_bits: int | str = "auto"
+    weight_bits: int | str = 7
     per_channel: bool = True
     exclude_nodes: tuple[str, ...] = ()
     exclude_op_types: tuple[str, ...] = ()
@@ -275,16 +270,9 @@ class QuantConfig:
                 raise QnnxError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.target, str):
             raise QnnxError(f"target must be a name, got {self.target!r}")
-        target(self.target)  # a known one
         if self.weight_bits == "pairs":
             weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
         per_channel_depthwise(self.target, self.ranges.depthwise_inputs, self.per_channel)  # possible here
-
-    def resolved(self) -> "QuantConfig":
-        """A copy with every "auto" option replaced by the target's choice (its ``defaults``)."""
-        auto = {k: v for k, v in target(self.target).defaults.items()
-                if getattr(self.refinements if k in _ROUTES else self, k) == "auto"}
-        return self.with_options(**auto) if auto else self
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""

@@ -93,7 +93,6 @@ def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, val
     ``refinements``: the refinements offered, in order (each runs when the config enables it)."""
     if metric is not None and not callable(metric):
         raise QnnxError(f"metric must be a function of the model's outputs, got {type(metric).__name__}")
-    config = config.resolved()  # the target's choices for "auto" options, written out (and so reported)
     if metric is not None and config.refinements.max_drop is None:
         config = config.with_options(max_drop=DEFAULT_MAX_DROP)
     if metric is None and config.refinements.max_drop is not None:

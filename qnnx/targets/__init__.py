@@ -20,8 +20,6 @@ code of automatic quantization:
                                        (``per_channel_depthwise``: the config's depthwise_inputs resolved)
     folds_scales_into_quantizers       whether a float Mul by a constant right before a quantizer costs
                                        nothing there (folded into it): smoothing may then divide by a Mul
-    defaults                           what QuantConfig's "auto" options mean there (weight_bits,
-                                       weight_rounding, smoothing_sites, smoothing_alpha)
     export(qdq) -> ir.Model            the model as written for the runtime (a copy; same numbers)
     check(qdq)  -> record              what the runtime would do with it (a report record: ``lines()``)
     timer(models, feed, repeats)       median ms of each model on the runtime, timed interleaved
@@ -50,10 +48,7 @@ def target(name: str):
 
 def weight_grid(target_name: str, weight_bits: int | str) -> WeightGrid:
     """The weight grid of a config: 7 or 8 bits for every weight, or "pairs" (7-bit convs, MatMul/Gemm
-    weights 8-bit with int16 pairs limited) on a target whose kernels pair adjacent input channels;
-    "auto": the target's default."""
-    if weight_bits == "auto":
-        weight_bits = target(target_name).defaults["weight_bits"]
+    weights 8-bit with int16 pairs limited) on a target whose kernels pair adjacent input channels."""
     if weight_bits != "pairs":
         return WeightGrid(weight_bits)
     if not target(target_name).pairs_input_channels:

@@ -48,19 +48,3 @@ def test_configs_are_frozen_and_with_options_copies():
     assert d.as_dict()["ranges"]["method"] == "percentile"
     for cls in (RangeOptions, CalibrationOptions, RefinementOptions):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
-
-
-def test_auto_options_are_the_targets_choice():
-    """weight_bits, weight_rounding and smoothing default to "auto": each target's own choice, written
-    out by resolved() (quantization runs on that); an option the user gives is kept on any target."""
-    def chosen(c):
-        r = c.refinements
-        return c.weight_bits, r.weight_rounding, r.smoothing_sites, r.smoothing_alpha
-    assert chosen(QuantConfig()) == ("auto",) * 4
-    assert chosen(QuantConfig().resolved()) == (7, "gptq", "norms", 0.5)
-    assert chosen(QuantConfig(target="openvino").resolved()) == ("pairs", "gptq_all", "matmuls", 0.8)
-    mine = QuantConfig(target="openvino", weight_bits=7, smoothing_alpha=None).resolved()
-    assert chosen(mine) == (7, "gptq_all", "matmuls", None)
-    assert chosen(QuantConfig(target="openvino").with_options(target="onnxruntime").resolved())[0] == 7
-    with pytest.raises(QnnxError, match="smoothing_alpha"):
-        QuantConfig(smoothing_alpha="0.5")

@@ -180,7 +180,7 @@ def test_smoothing_is_exact_in_float_and_moves_the_outlier_into_the_weights():
     assert [s.absorber.name for s in smoothing_sites(model.graph)] == ["ln1"]
     ref = [run_ort(model, f)[0] for f in calib]
     data = CalibrationData.from_source(calib).bind(input_specs(model))
-    smoothed = smooth(model, data, QuantConfig(progress=False).resolved().refinements.smoothing_alpha)
+    smoothed = smooth(model, data, QuantConfig(progress=False).refinements.smoothing_alpha)
     nodes = nodes_by_name(smoothed)
     assert nodes["residual"].inputs[1].name == "n1" and nodes["residual"].inputs[1].producer().op_type == "Mul"
     for f, r in zip(calib, ref):
@@ -449,11 +449,3 @@ def test_canonical_erf_gelu_is_one_table_lookup(half_first):
         got = qnnx.ReferenceEvaluator(ir.to_proto(canonical)).run(None, f)[0]
         np.testing.assert_allclose(got, ref, atol=step * 1.001, rtol=0)
 
-
-def test_openvino_defaults_smooth_every_matmul_input_and_say_so():
-    """On OpenVINO the "auto" options are its own choices, written out in the quantized model's config."""
-    qm = qnnx.quantize(_gelu_ffn(), _tokens(8, outlier=1.0), QuantConfig(progress=False, target="openvino"))
-    c = qm.config
-    assert (c.weight_bits, c.refinements.smoothing_sites, c.refinements.weight_rounding) == ("pairs", "matmuls", "gptq_all")
-    q = nodes_by_name(qm.qdq)["down"].inputs[0].producer().inputs[0].producer()
-    assert q.inputs[0].producer().op_type == "Mul"  # the GELU output's smoothing divisor

@@ -36,9 +36,7 @@ def _weights(qm) -> np.ndarray:
 
 
 def test_weight_bits_picks_the_grid():
-    assert QuantConfig().weight_bits == "auto" and QuantConfig().resolved().weight_bits == 7
-    assert QuantConfig(target="openvino").resolved().weight_bits == "pairs"
-    assert weight_grid("onnxruntime", "auto") == WeightGrid(7) and weight_grid("openvino", "auto").pairs("MatMul")
+    assert QuantConfig().weight_bits == 7
     assert weight_grid("onnxruntime", 7) == WeightGrid(7) and WeightGrid(7).range("Conv") == (-64, 64)
     assert weight_grid("openvino", 8) == WeightGrid(8) and WeightGrid(8).range("MatMul") == (-128, 127)
     pairs = weight_grid("openvino", "pairs")

@@ -74,9 +74,6 @@ class OnnxRuntimeTarget:
     # A float Mul before a quantizer is one more float op here, and the elementwise unit making its input
     # (a GELU, for one) is quantized whole: smoothing would round that value twice.
     folds_scales_into_quantizers = False
-    # QuantConfig's "auto" options here: 7-bit weights (its x86 kernels without VNNI sum u8 x s8 pairs in
-    # int16), GPTQ for conv weights only and LayerNorm outputs smoothed at 0.5 (docs/experiments.md).
-    defaults = {"weight_bits": 7, "weight_rounding": "gptq", "smoothing_sites": "norms", "smoothing_alpha": 0.5}
 
     def execution(self, facts: MatchFacts) -> Int8Execution:
         """Every pattern whole: ORT fuses each DQ -> op -> Q group into one QLinear*/integer kernel."""

@@ -107,10 +107,6 @@ class OpenVinoTarget:
     # A float Mul by a constant before a FakeQuantize is folded into it, or into the post-ops of the layer
     # making its input (checked on all-MiniLM-L6-v2's runtime graph): smoothing may divide by a new Mul.
     folds_scales_into_quantizers = True
-    # QuantConfig's "auto" options here: pair-limited 8-bit MatMul/Gemm weights, GPTQ-rounded, and every
-    # MatMul input smoothed at 0.8 (chosen on the tuning models, confirmed on the others: docs/benchmarks.md).
-    defaults = {"weight_bits": "pairs", "weight_rounding": "gptq_all", "smoothing_sites": "matmuls",
-                "smoothing_alpha": 0.8}
 
     def outputs(self, model: ir.Model, feeds) -> list[dict[str, np.ndarray]]:
         """Each feed's graph outputs by name, computed by the CPU plugin (one thread) from the exported
