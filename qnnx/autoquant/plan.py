@@ -290,7 +290,8 @@ def gates_itself(mul: ir.Node, depth: int = 4) -> bool:
 def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
     """Activation inputs moved above the data movement before them (MaxPool, Split, Concat, Reshape,
     nearest Resize, ...) as long as every reader of the value above reads it quantized: a pattern input,
-    or data movement whose outputs are all read so. A runtime that propagates dequantization through data
+    or data movement whose outputs are all read so (a Shape or Size reads no values, so it does not count;
+    it keeps reading the float value: a Reshape's target computed from its own input, as torch exports it). A runtime that propagates dequantization through data
     movement (OpenVINO's low-precision transformations) then runs those ops on integers and fuses the one
     quantize into the op that makes the value; a quantize below a branch would stand alone. A value
     hoisted through a Concat becomes one target per Concat input, each with its own qparams (extra ones
@@ -302,7 +303,7 @@ def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
     def read_quantized(v: ir.Value) -> bool:
         if id(v) not in memo:
             memo[id(v)] = False
-            uses = list(v.uses())
+            uses = [u for u in v.uses() if not ops.shape_only(u.node)]
             memo[id(v)] = bool(uses) and not v.is_graph_output() and all(
                 (id(u.node), id(v)) in reads or passes_on(u.node, u.idx) for u in uses)
         return memo[id(v)]

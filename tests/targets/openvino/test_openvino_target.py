@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from float_graphs import Graph, conv_weight, qdq_of, qparams_of, samples
+from float_graphs import Graph, conv_weight, nodes_by_name, qdq_of, qparams_of, samples
 
 import qnnx
 from qnnx import QuantConfig
@@ -193,6 +193,25 @@ def test_zero_point_zero_keeps_the_range_with_zero_point_0():
     assert zero_point_zero(positive) is positive
     wide = qparams_from_range(-1.0, 3.0, "uint16", symmetric=False)
     assert zero_point_zero(wide) is wide  # 16-bit activations: left as they are
+
+
+def test_a_shape_reader_does_not_stop_the_hoist():
+    """torch's exports reshape a projection with a target computed from the projection's own Shape: the
+    Shape reads no values, so the quantizer still goes above the Reshape (OpenVINO then fuses it into the
+    projection instead of running the Reshape in float and the quantizer alone), and the Shape keeps
+    reading the float value."""
+    rng = np.random.default_rng(4)
+    g = Graph()
+    p = _projection(g, g.input("x", ["n", 6, 8]), rng, "p")  # a dynamic batch: the Shape is not folded
+    leading = g.node("Slice", [g.node("Shape", [p], name="shape"), g.const(np.array([0], np.int64)),
+                                g.const(np.array([2], np.int64))])
+    heads = g.node("Concat", [leading, g.const(np.array([2, 4], np.int64))], axis=0)  # n x 6 x 2 heads x 4
+    r = g.node("Reshape", [p, heads], name="reshape", out="r_out")
+    g.node("MatMul", [r, g.const(rng.normal(size=(4, 4)).astype(np.float32), "w2")], name="second", out="y")
+    qm = _quantized_for_openvino(g.model("y"), (1, 6, 8))
+    quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
+    assert "p_out" in quantized and "r_out" not in quantized
+    assert nodes_by_name(qm.qdq)["shape"].inputs[0].name == "p_out"
 
 
 def test_onnxruntime_does_not_hoist():
