@@ -878,6 +878,15 @@ def test_quantize_weight_bits_option(quantize_case, capsys, monkeypatch, argv, w
     assert _config_field_seen(quantize_case, monkeypatch, argv, "weight_bits") == [want]
 
 
+@pytest.mark.parametrize("argv, want", [([], ("norms", 0.5)), (["--smoothing-alpha", "0"], ("norms", None)),
+                                        (["--smoothing-sites", "matmuls", "--smoothing-alpha", "0.8"],
+                                         ("matmuls", 0.8))])
+def test_quantize_smoothing_options(quantize_case, capsys, monkeypatch, argv, want):
+    sites = _config_field_seen(quantize_case, monkeypatch, argv, "refinements.smoothing_sites")
+    alpha = _config_field_seen(quantize_case, monkeypatch, argv, "refinements.smoothing_alpha")
+    assert (sites[0], alpha[0]) == want
+
+
 @pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"], "weight_bits must be one of 7, 8, pairs, got '9'"),
                                            (["--weight-bits", "pairs"], "how onnxruntime's kernels pair products was "
                                                                          "not checked")])

@@ -291,11 +291,12 @@ def hoist_quantizers(matches: list[PatternMatch]) -> list[PatternMatch]:
     """Activation inputs moved above the data movement before them (MaxPool, Split, Concat, Reshape,
     nearest Resize, ...) as long as every reader of the value above reads it quantized: a pattern input,
     or data movement whose outputs are all read so (a Shape or Size reads no values, so it does not count;
-    it keeps reading the float value: a Reshape's target computed from its own input, as torch exports it). A runtime that propagates dequantization through data
-    movement (OpenVINO's low-precision transformations) then runs those ops on integers and fuses the one
-    quantize into the op that makes the value; a quantize below a branch would stand alone. A value
-    hoisted through a Concat becomes one target per Concat input, each with its own qparams (extra ones
-    appended after the match's other inputs, so positions of weights do not move)."""
+    it keeps reading the float value: a Reshape's target computed from its own input, as torch exports
+    it). A runtime that propagates dequantization through data movement (OpenVINO's low-precision
+    transformations) then runs those ops on integers and fuses the one quantize into the op that makes the
+    value; a quantize below a branch would stand alone. A value hoisted through a Concat becomes one target
+    per Concat input, each with its own qparams (extra ones appended after the match's other inputs, so
+    positions of weights do not move)."""
     reads = {(id(n), id(t.value)) for m in matches for t in m.inputs if t.role == "activation"
              for n in m.nodes if any(v is t.value for v in n.inputs)}
     memo: dict[int, bool] = {}
