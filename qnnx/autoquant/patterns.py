@@ -441,9 +441,6 @@ class BinaryPattern(_AllActivationsPattern):
         if any(is_additive_mask(v) for v in node.inputs):
             return MatchFail("an operand is an additive attention mask (its -inf-like sentinel has no quantized "
                              "range; see masks.py)")
-        if _scales_weight_rows(node):
-            return MatchFail("a per-channel constant scale read only by MatMuls with constant weights (smoothing's "
-                             "divisor): it stays float and the quantizer after it takes it")
         m = super().match(node)
         act = _fused_activation(node.outputs[0]) if isinstance(m, PatternMatch) else None
         if act is None:
@@ -453,21 +450,6 @@ class BinaryPattern(_AllActivationsPattern):
         bounds = _shifted_clip_bounds(node, act)
         out = Target(act.outputs[0], "activation", fixed_range=bounds) if bounds else _activation(act.outputs[0])
         return PatternMatch(m.pattern, (node, act), m.inputs, (out,))
-
-
-def _scales_weight_rows(node: ir.Node) -> bool:
-    """``Mul(x, c)`` with a constant vector ``c`` over x's last axis whose every reader is a MatMul with a
-    constant rank-2 weight: quantized as a product it would round ``x`` twice for a scale the weights could
-    have taken (smoothing.py writes it for OpenVINO, which folds it into the quantizer after it)."""
-    if node.op_type != "Mul" or len(node.inputs) != 2:
-        return False
-    c = next((const_array(v) for v in node.inputs if const_array(v) is not None), None)
-    if c is None or c.size < 2 or c.shape[-1] != c.size:
-        return False
-    uses = list(node.outputs[0].uses())
-    return bool(uses) and not node.outputs[0].is_graph_output() and all(
-        u.node.op_type == "MatMul" and u.idx == 0 and (w := const_array(u.node.inputs[1])) is not None
-        and w.ndim == 2 and w.shape[0] == c.size for u in uses)
 
 
 def _shifted_clip_bounds(node: ir.Node, act: ir.Node) -> tuple[float, float] | None:

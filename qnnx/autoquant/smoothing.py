@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from qnnx import runtime
+from qnnx import ops, runtime
 from qnnx.ir import Builder, const_array
 
 _MOVES = ("Reshape", "Transpose")  # data movement the projection's channels pass through unchanged
@@ -82,7 +82,8 @@ def _norm_absorbs(node: ir.Node | None) -> bool:
 
 
 def _only_reader(value: ir.Value) -> ir.Node | None:
-    uses = list(value.uses())
+    """The one node reading ``value``'s values (a Shape or Size reads none: scaling keeps shapes), else None."""
+    uses = [u for u in value.uses() if not ops.shape_only(u.node)]
     return uses[0].node if len(uses) == 1 and not value.is_graph_output() else None
 
 
@@ -100,6 +101,8 @@ def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | No
     if attention is None or attention.op_type != "MatMul" or len(attention.inputs) != 2:
         return None
     if _weight(attention) is not None:  # a linear layer, not probabilities times values
+        return None
+    if _only_reader(attention.inputs[1]) is not attention:
         return None
     v = _moved_from(attention.inputs[1])
     if _only_reader(v) is None or (p := v.producer()) is None:
@@ -121,6 +124,7 @@ def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True)
     """Every activation of ``graph`` to smooth, in graph order (``sites``: "norms" or "matmuls", above;
     ``muls=False``: none that a new Mul would divide)."""
     found, seen = [], set()
+    order = {node: i for i, node in enumerate(graph)}
     for node in graph:
         w = _weight(node)
         y = node.inputs[0] if w is not None else None
@@ -128,17 +132,19 @@ def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True)
             continue
         seen.add(y)
         channels = w.shape[0]
-        matmuls, others = [], 0
+        matmuls, others, values_read = [], 0, False  # values_read: a reader other than a Shape/Size
         for use in y.uses():
             rw = _weight(use.node) if use.idx == 0 else None
             if rw is not None and rw.shape[0] == channels:
                 matmuls.append(use.node)
             else:
                 others += 1
+                values_read = values_read or not ops.shape_only(use.node)
+        matmuls.sort(key=order.__getitem__)  # graph order: a new Mul goes before the first
         producer = y.producer()
         if _norm_absorbs(producer) and const_array(producer.inputs[1]).shape == (channels,):
             found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others))
-        elif sites == "matmuls" and (projection := _value_projection(y, channels)) is not None:
+        elif sites == "matmuls" and not values_read and (projection := _value_projection(y, channels)) is not None:
             found.append(SmoothingSite(y, tuple(matmuls), "projection", *projection, other_readers=others))
         elif sites == "matmuls" and muls:
             found.append(SmoothingSite(y, tuple(matmuls), "mul", other_readers=others))

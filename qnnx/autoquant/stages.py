@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -148,11 +149,23 @@ def run_hold_out(state: QuantState) -> QuantState:
                    validation=held, validation_reference=tuple(float_outputs(state.float_model, list(held))))
 
 
+@dataclass(frozen=True)
+class SmoothRecord:
+    """What smoothing did: the sites rescaled by kind, and why it was left out (or its value projections
+    were) when the smoothed float model computed something else on the probe samples."""
+
+    sites: tuple[tuple[str, int], ...] = ()
+    not_applied: str = ""
+
+    def lines(self) -> list[str]:
+        return [f"smooth: {self.not_applied}"] if self.not_applied else []
+
+
 def run_smooth(state: QuantState) -> QuantState:
     """SmoothQuant (smoothing.py), new Muls only on a target that folds them into its quantizers; checked on
-    the first samples against the float model as preparation is: a value projection whose columns are not
-    the smoothed channels after all gives way to a Mul (or is left); a smoothed model that still computes
-    something else is refused."""
+    the first samples against the float model as preparation is: if the smoothed model computes something
+    else, the value projections' sites give way to Muls (or are left), then smoothing is left out; the
+    report says which."""
     r = state.config.refinements
     muls = target(state.config.target).folds_scales_into_quantizers
     sites = smoothing_sites(state.float_model.graph, r.smoothing_sites, muls=muls)
@@ -160,16 +173,21 @@ def run_smooth(state: QuantState) -> QuantState:
         return state
     probe = list(state.samples[:PREPARE_CHECK_SAMPLES])
     reference = _outputs(state.float_model, probe)
-    projections = any(site.kind == "projection" for site in sites)
-    original = ir.from_proto(ir.to_proto(state.float_model)) if projections else None
+    original = ir.from_proto(ir.to_proto(state.float_model))  # smoothing works in place
+    kinds = tuple(sorted(Counter(site.kind for site in sites).items()))
     model = smooth(state.float_model, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls)
     _, why = _check(model, reference, probe)
-    if why and original is not None:
-        model = smooth(original, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False)
-        _, why = _check(model, reference, probe)
+    if why and any(site.kind == "projection" for site in sites):
+        retry = ir.from_proto(ir.to_proto(original))
+        model = smooth(retry, state.data, r.smoothing_alpha, r.smoothing_sites, muls=muls, projections=False)
+        _, still = _check(model, reference, probe)
+        if not still:
+            state.report.records["smooth"] = SmoothRecord(kinds, f"value projections not used ({why})")
+            return replace(state, float_model=model)
     if why:
-        raise QnnxError(f"smoothing changed what the float model computes ({why}); quantize without it "
-                         "(smoothing_alpha=None, --smoothing-alpha off)")
+        state.report.records["smooth"] = SmoothRecord(kinds, f"not applied: the smoothed model's {why}")
+        return replace(state, float_model=original)
+    state.report.records["smooth"] = SmoothRecord(kinds)
     return replace(state, float_model=model)
 
 

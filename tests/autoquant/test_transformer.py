@@ -298,6 +298,9 @@ def test_smoothing_every_matmul_input_is_exact_in_float(scrambled):
     assert same != scrambled
     qm = qnnx.quantize(_attention_layer(scrambled), calib, QuantConfig(progress=False, target="openvino",
                                                                        smoothing_alpha=0.8, smoothing_sites="matmuls"))
+    record = qm.report.records["smooth"]
+    assert record.not_applied.startswith("value projections not used") == scrambled
+    assert dict(record.sites) == {"norm": 2, "projection": 1, "mul": 1}
     out = nodes_by_name(qm.qdq)["out"]
     x = out.inputs[0]
     while x.producer().op_type in ("QuantizeLinear", "DequantizeLinear"):
@@ -333,6 +336,29 @@ def test_smoothing_mul_stays_float_before_the_quantizer_and_helps():
     q = nodes_by_name(qm.qdq)["down"].inputs[0].producer().inputs[0].producer()
     assert q.op_type == "QuantizeLinear" and q.inputs[0].producer().op_type == "Mul"
     assert sqnr["matmuls"] > sqnr["norms"] + 3, sqnr
+
+
+def test_smoothing_leaves_a_projection_that_does_not_map_on_onnx_runtime():
+    """Without Muls to fall back on, the scrambled heads' context is left unsmoothed (the report says so) and
+    the LayerNorm sites stay."""
+    qm = qnnx.quantize(_attention_layer(True), _tokens(8), QuantConfig(progress=False, smoothing_alpha=0.8,
+                                                                        smoothing_sites="matmuls"))
+    assert qm.report.records["smooth"].not_applied.startswith("value projections not used")
+    assert "smooth: value projections not used" in qm.report.summary()
+    assert nodes_by_name(qm.qdq)["ln1"].inputs[1].name.endswith("smoothed_scale")
+
+
+def test_a_context_with_another_reader_is_divided_by_a_mul_not_its_projection():
+    """A projection's columns would divide every reader of the context: with a reader besides the MatMuls
+    (a residual, say) the site takes a Mul, which only they read."""
+    model = prepare(_attention_layer())
+    nodes = nodes_by_name(model)
+    ctx = nodes["out"].inputs[0]
+    extra = ir.node("Identity", [ctx], name="extra")
+    model.graph.insert_after(nodes["out"], extra)
+    model.graph.outputs.append(extra.outputs[0])
+    kinds = {tuple(m.name for m in s.matmuls): s.kind for s in smoothing_sites(model.graph, "matmuls")}
+    assert kinds[("out",)] == "mul"
 
 
 def test_smoothing_adds_no_mul_on_onnx_runtime():
