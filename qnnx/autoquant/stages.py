@@ -2,7 +2,8 @@
 
     prepare     source, data            -> float_model, renames, source_op_types, data (bound), samples
     hold_out    data, validation        -> data, samples, validation (held out), validation_reference
-    smooth      float_model, data, samples -> float_model (SmoothQuant; checked exact in float on the samples)
+    smooth      float_model, data, samples -> float_model (SmoothQuant, checked exact in float on the samples;
+                                           left out where it is not), report.records["smooth"]
     plan        float_model, config     -> exclusions, plan (as config.target executes it)
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
     realize     float_model, plan, qparams -> qdq, keep_float
