@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import multiprocessing as mp
-import os
 import resource
 import sys
 import time

@@ -703,10 +703,6 @@ def test_compare_and_bench_bad_image_input_is_one_line_exit_1(image_case, capsys
 def test_quantize_summary_and_report_read_the_calibration_subset(quantize_case, capsys):
     """One CalibrationData: the summary compares on the first samples calibration used (of the seeded
     subset), not on the first files of the directory."""
-    from qnnx.analysis import compare_models
-    from qnnx.analysis.report import fmt_sqnr
-    from qnnx.data import CalibrationData
-
     src, calib = quantize_case
     for i in range(4, 8):
         np.save(calib / f"{i}.npy", np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32) * 3)

@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from conftest import ort_matmul_integer, ort_u8s8_saturates, u8s8_pair_sums
 

@@ -158,7 +158,6 @@ def test_small_facts():
 def test_statistics_summarize_their_first_input_over_axes(op_type):
     """A statistic's output over the reduced axis is one number computed from every value of its first input
     there (a sum, mean or norm): changing any one of them changes it."""
-    import onnx
     from onnx.reference import ReferenceEvaluator
 
     node = onnx.helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from qnnx import numerics, numerics_mlas
-from qnnx.dialect.schema import (Attribute, Input, avg_pool_compute_attr, compute_attr, global_pool_compute_attr, op,
+from qnnx.dialect.schema import (Attribute, Input, avg_pool_compute_attr, global_pool_compute_attr, op,
                                  qparam_inputs, rounding_attr)
 from qnnx.dialect.windows import window
 from qnnx.dtypes import as_int64, int_type

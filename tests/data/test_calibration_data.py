@@ -13,7 +13,7 @@ from data_models import add_tanh, conv_sigmoid
 from PIL import Image
 
 import qnnx
-from qnnx import CalibrationData, QnnxError, QuantConfig
+from qnnx import CalibrationData, QuantConfig
 from qnnx.data import ImageFolder, ImagePreprocess, InputSpec, input_specs
 from conftest import one_line_error
 

@@ -11,7 +11,7 @@ from data_models import add, conv_sigmoid
 from PIL import Image
 
 import qnnx
-from qnnx import QnnxError, QuantConfig
+from qnnx import QuantConfig
 from qnnx.data import input_specs, iter_samples
 from qnnx.data.images import PRESETS, ImageFolder, ImagePreprocess, describe
 from conftest import one_line_error

@@ -138,7 +138,7 @@ def test_auto_does_not_time_tiny_graphs():
 
 def test_match_kinds():
     m = _model()
-    qm = qnnx.quantize(m, CALIB, QuantConfig(progress=False))
+    qnnx.quantize(m, CALIB, QuantConfig(progress=False))  # the model quantizes as a whole
     graph = ir.from_proto(m).graph
     by_name = nodes_by_name(ir.from_proto(m))
     w = {"w_pw": graph.initializers["w_pw"], "w_dw": graph.initializers["w_dw"]}

@@ -343,7 +343,6 @@ def test_ops_reading_a_float_output_accumulator_stay_float_in_the_canonical_form
 def _integer_conv(w: np.ndarray, hw: int = 5, group: int = 1):
     """x (uint8 integers, scale 1) -> int8 weights ``w`` (scale 1) -> Conv without padding: the plugin's
     integer conv as it is, the accumulator dequantized by 1."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     c_out, c_in = w.shape[0], w.shape[1] * group
