@@ -220,7 +220,14 @@ class Task:
         return [self._sample(self._rng(1, seed, i), i) for i in range(n)]
 
     def agreement(self, ref_outputs_list, outputs_list) -> dict[str, float]:
-        return {**self._agreement(ref_outputs_list, outputs_list), **raw_agreement(ref_outputs_list, outputs_list)}
+        raw = self.raw_outputs
+        return {**self._agreement(ref_outputs_list, outputs_list), **raw_agreement(raw(ref_outputs_list),
+                                                                                     raw(outputs_list))}
+
+    @staticmethod
+    def raw_outputs(outputs_list: list[Outputs]) -> list[Outputs]:
+        """The outputs the raw agreement compares: all of them, unless a task's model passes inputs through."""
+        return outputs_list
 
     # to implement
     def _sample(self, rng: np.random.Generator, i: int):
@@ -446,7 +453,10 @@ class SentenceEmbeddingTask(Task):
         return super().evaluation(n, seed)
 
     def _sample(self, rng, i):
-        feeds = minilm.encode(render.sentence(rng))
+        return self._with_truth(minilm.encode(render.sentence(rng)))
+
+    def _with_truth(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``feeds`` and the fp32 model's sentence embedding for them."""
         return feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))
 
     @staticmethod
@@ -486,27 +496,20 @@ class ProseEmbeddingTask(SentenceEmbeddingTask):
     def evaluation(self, n, seed=1):
         pool = minilm.prose_sentences()
         picks = np.random.default_rng([zlib.crc32(self.name.encode()), 1, seed]).permutation(len(pool))[:n]
-        out = []
-        for i in picks:
-            feeds = minilm.encode_without_types(pool[int(i)])
-            out.append((feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))))
-        return out
+        return [self._with_truth(minilm.encode_without_types(pool[int(i)])) for i in picks]
 
     def _sample(self, rng, i):
-        feeds = minilm.encode_without_types(render.sentence(rng))
-        return feeds, self.embedding(make_fp32_session(self.model_path).run(None, feeds))
+        return self._with_truth(minilm.encode_without_types(render.sentence(rng)))
 
     @staticmethod
     def embedding(outputs: Outputs) -> np.ndarray:
         e = np.asarray(outputs[minilm.PARAPHRASE_EMBEDDING], np.float64)[0]
         return e / max(float(np.linalg.norm(e)), 1e-12)
 
-    def agreement(self, ref_outputs_list, outputs_list):
-        """The raw measures on the embedding alone (the other outputs pass the int64 inputs through)."""
-        def pick(outs):
-            return [[o[minilm.PARAPHRASE_EMBEDDING]] for o in outs]
-        return {**self._agreement(ref_outputs_list, outputs_list), **raw_agreement(pick(ref_outputs_list),
-                                                                                     pick(outputs_list))}
+    @staticmethod
+    def raw_outputs(outputs_list):
+        """The embedding alone: the other outputs pass the int64 inputs through."""
+        return [[o[minilm.PARAPHRASE_EMBEDDING]] for o in outputs_list]
 
 
 @cache

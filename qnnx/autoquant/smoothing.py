@@ -120,9 +120,11 @@ def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | No
     return (p, bias) if w is not None and w.shape[1] == channels else None
 
 
-def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True) -> list[SmoothingSite]:
+def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True,
+                    projections: bool = True) -> list[SmoothingSite]:
     """Every activation of ``graph`` to smooth, in graph order (``sites``: "norms" or "matmuls", above;
-    ``muls=False``: none that a new Mul would divide)."""
+    ``muls=False``: none that a new Mul would divide; ``projections=False``: no value projection divides,
+    a Mul does where ``muls`` allows)."""
     found, seen = [], set()
     order = {node: i for i, node in enumerate(graph)}
     for node in graph:
@@ -144,7 +146,8 @@ def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True)
         producer = y.producer()
         if _norm_absorbs(producer) and const_array(producer.inputs[1]).shape == (channels,):
             found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others))
-        elif sites == "matmuls" and not values_read and (projection := _value_projection(y, channels)) is not None:
+        elif (sites == "matmuls" and projections and not values_read
+              and (projection := _value_projection(y, channels)) is not None):
             found.append(SmoothingSite(y, tuple(matmuls), "projection", *projection, other_readers=others))
         elif sites == "matmuls" and muls:
             found.append(SmoothingSite(y, tuple(matmuls), "mul", other_readers=others))
@@ -207,10 +210,7 @@ def smooth(model: ir.Model, data, alpha: float | None, sites: str = "norms", *, 
     maxima come from one streamed pass over ``data`` (a bound CalibrationData). ``muls=False``: no site
     a new Mul would divide; ``projections=False``: the value projections' sites are divided by a Mul
     too (or left, without ``muls``). Returns ``model``."""
-    found = smoothing_sites(model.graph, sites, muls=muls)
-    if not projections:
-        found = [SmoothingSite(f.value, f.matmuls, "mul", other_readers=f.other_readers)
-                 if f.kind == "projection" else f for f in found if f.kind != "projection" or muls]
+    found = smoothing_sites(model.graph, sites, muls=muls, projections=projections)
     if alpha is None or not found:
         return model
     values = [site.value for site in found]
