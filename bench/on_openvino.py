@@ -23,9 +23,10 @@ the protocol's disjoint sets), the same samples calibrate
   ``depthwise_inputs="per_channel"`` (a depthwise conv's input quantized per channel);
 - ``qnnx_w8`` (only with ``--with-8bit``): the same with ``weight_bits=8`` (no 7-bit headroom: exact on
   CPUs whose int8 kernels sum in 32 bits, VNNI or AMX);
-- ``qnnx_transformer`` (only with ``--with-transformer-recipe``): qnnx's opt-ins for a transformer on
-  OpenVINO together: every MatMul input smoothed (``smoothing_sites="matmuls"``, ``smoothing_alpha=0.8``),
-  pair-limited MatMul/Gemm weights GPTQ-rounded (``weight_bits="pairs"``, ``weight_rounding="gptq_all"``);
+- ``qnnx_transformer`` (only with ``--with-transformer-recipe``): qnnx's preset for a transformer on
+  OpenVINO (``QuantConfig.with_preset("transformer")``): every MatMul input smoothed
+  (``smoothing_sites="matmuls"``, ``smoothing_alpha=0.8``), pair-limited MatMul/Gemm weights GPTQ-rounded
+  (``weight_bits="pairs"``, ``weight_rounding="gptq_all"``);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
 and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
@@ -58,6 +59,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.protocol import summarize  # noqa: E402
 from bench.tasks import TASKS, main_metric  # noqa: E402
+from qnnx.autoquant.config import PRESETS  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_TASKS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "minilm")
@@ -89,8 +91,7 @@ QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"w
                 "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
                 "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"},
                 "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_w8": {"weight_bits": 8},
-                "qnnx_transformer": {"smoothing_sites": "matmuls", "smoothing_alpha": 0.8, "weight_bits": "pairs",
-                                     "weight_rounding": "gptq_all"}}
+                "qnnx_transformer": dict(PRESETS["transformer"].options)}
 
 
 def nncf_quantize(task_name: str, model_path: Path, calib: list, best: bool):

@@ -26,7 +26,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from qnnx import __version__
 from qnnx.autoquant.config import (ACTIVATION_DTYPES, BIAS_CORRECTIONS, CALIBRATORS, DEPTHWISE_INPUTS, METHODS,
-                                   SMOOTHING_SITES, SPEED_FALLBACKS, SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS,
+                                   PRESETS, SMOOTHING_SITES, SPEED_FALLBACKS, SYMMETRIC_ACTIVATIONS, WEIGHT_ROUNDINGS,
                                    CalibrationOptions, QuantConfig, RangeOptions, RefinementOptions)
 from qnnx.data import CalibrationData, ImageFolder, ImagePreprocess
 from qnnx.errors import QnnxError
@@ -80,6 +80,7 @@ BiasCorrection = enum.Enum("BiasCorrection", {m: m for m in BIAS_CORRECTIONS}, t
 WeightRounding = enum.Enum("WeightRounding", {m: m for m in WEIGHT_ROUNDINGS}, type=str)
 SmoothingSites = enum.Enum("SmoothingSites", {m: m for m in SMOOTHING_SITES}, type=str)
 Preset = enum.Enum("Preset", {p: p for p in ("imagenet", "yolo")}, type=str)  # qnnx.data.images.PRESETS
+ModelPreset = enum.Enum("ModelPreset", {p: p for p in PRESETS}, type=str)
 ChannelOrder = enum.Enum("ChannelOrder", {c: c for c in ("rgb", "bgr")}, type=str)
 Layout = enum.Enum("Layout", {c: c for c in ("nchw", "nhwc")}, type=str)
 Runtime = enum.Enum("Runtime", {r: r for r in TARGETS}, type=str)
@@ -110,6 +111,13 @@ def _output_path(out: str, model: str | None = None, calib: str | None = None, v
     from qnnx.paths import check_output, model_files
 
     return check_output(out, {**model_files(model), "calibration data": calib, "validation data": val})
+
+
+def _given(ctx) -> set[str]:
+    """The parameters of ``ctx`` given on the command line (not left at their defaults)."""
+    from typer._click.core import ParameterSource
+
+    return {name for name in ctx.params if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)}
 
 
 def _version(value: bool) -> None:
@@ -263,6 +271,7 @@ _R, _C, _F = RangeOptions(), CalibrationOptions(), RefinementOptions()
                    'integer, what stayed float and why. The same inputs give a byte-identical file.'))
 @_image_options
 def quantize(
+        ctx: typer.Context,
         model: Annotated[str, _model("float .onnx model (never modified)")],
         output: Output,
         calib: Annotated[str | None, typer.Option(
@@ -279,6 +288,10 @@ def quantize(
             "pattern integer, ORT's kernels' shaping) or openvino (the inputs of convs, matmuls, pools and binary ops "
             "of two signals quantized, above data movement, so the CPU plugin fuses the float ops after them)")
         ] = Runtime(QuantConfig.target),
+        preset: Annotated[ModelPreset | None, typer.Option(
+            "--preset", show_default=False,
+            help="; ".join(f"{name}: {p.about} (--target {'/'.join(p.targets)})" for name, p in PRESETS.items())
+            + "; options given on the command line override the preset's")] = None,
         per_channel: Annotated[bool, typer.Option("--per-channel/--no-per-channel",
                                                   help="per-channel weight scales")] = QuantConfig.per_channel,
         weight_bits: Annotated[str, typer.Option(
@@ -453,6 +466,8 @@ def quantize(
                                       min_sqnr_db=min_sqnr, min_cosine=min_cosine, accuracy_guard=accuracy_guard,
                                       symmetric_activations=symmetric_activations.value,
                                       speed_plan=_read_speed_plan(speed_plan, speed_fallback.value)))
+    if preset is not None:
+        config = config.with_preset(preset.value, keep=_given(ctx))
     if validation is not None and val is not None:
         raise UsageError("--validation and --val are mutually exclusive")
     if random_calibration:

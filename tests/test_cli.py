@@ -883,6 +883,28 @@ def test_quantize_smoothing_options(quantize_case, capsys, monkeypatch, argv, wa
     assert (sites[0], alpha[0]) == want
 
 
+@pytest.mark.parametrize("argv, want", [
+    (["--target", "openvino", "--preset", "transformer"], ("matmuls", 0.8, "pairs", "gptq_all")),
+    # what the command line gives overrides the preset, 0 (smoothing off) included
+    (["--target", "openvino", "--preset", "transformer", "--smoothing-alpha", "0", "--weight-bits", "7"],
+     ("matmuls", None, 7, "gptq_all")),
+    (["--target", "openvino", "--weight-rounding", "nearest", "--preset", "transformer"],
+     ("matmuls", 0.8, "pairs", "nearest"))])
+def test_quantize_preset_fills_what_the_command_line_leaves(quantize_case, capsys, monkeypatch, argv, want):
+    fields = ("refinements.smoothing_sites", "refinements.smoothing_alpha", "weight_bits", "refinements.weight_rounding")
+    seen = tuple(_config_field_seen(quantize_case, monkeypatch, argv, f)[0] for f in fields)
+    assert seen == want
+
+
+def test_quantize_preset_for_another_target_is_one_line(quantize_case, capsys):
+    src, calib = quantize_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "-q", "--preset", "transformer"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "preset 'transformer' was measured for target openvino only, not onnxruntime" in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("argv, message", [(["--weight-bits", "9"], "weight_bits must be one of 7, 8, pairs, got '9'"),
                                            (["--weight-bits", "pairs"], "how onnxruntime's kernels pair products was "
                                                                          "not checked")])

@@ -36,6 +36,29 @@ DEPTHWISE_INPUTS = ("per_tensor", "per_channel")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named set of option values for one kind of model on given targets (``QuantConfig.with_preset``).
+
+    ``options``: top-level or section field names and their values; ``targets``: where they were measured
+    (docs/benchmarks.md), the only targets the preset may be used for.
+    """
+
+    options: tuple[tuple[str, object], ...]
+    targets: tuple[str, ...]
+    about: str
+
+
+# transformer: every MatMul input smoothed, pair-limited GPTQ-rounded MatMul/Gemm weights (docs/benchmarks.md,
+# "A transformer recipe"); as NNCF's model_type=TRANSFORMER, chosen by the user for a transformer.
+PRESETS = {
+    "transformer": Preset((("smoothing_sites", "matmuls"), ("smoothing_alpha", 0.8), ("weight_bits", "pairs"),
+                           ("weight_rounding", "gptq_all")), targets=("openvino",),
+                          about="transformers on OpenVINO: every MatMul input smoothed (alpha 0.8), MatMul/Gemm "
+                                "weights pair-limited 8-bit and GPTQ-rounded"),
+}
+
+
 def _choice(name: str, value, allowed: tuple) -> None:
     if value not in allowed:
         raise QnnxError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
@@ -273,6 +296,16 @@ class QuantConfig:
         if self.weight_bits == "pairs":
             weight_grid(self.target, self.weight_bits)  # a target whose kernels' pairing is known
         per_channel_depthwise(self.target, self.ranges.depthwise_inputs, self.per_channel)  # possible here
+
+    def with_preset(self, name: str, keep=()) -> "QuantConfig":
+        """A copy with preset ``name``'s option values (``PRESETS``), except the options named in ``keep``
+        (the ones a user gave explicitly); a :class:`QnnxError` for an unknown preset or another target."""
+        _choice("preset", name, tuple(PRESETS))
+        preset = PRESETS[name]
+        if self.target not in preset.targets:
+            raise QnnxError(f"preset {name!r} was measured for target {', '.join(preset.targets)} only, "
+                            f"not {self.target}: give its options one by one to use them there")
+        return self.with_options(**{k: v for k, v in preset.options if k not in set(keep)})
 
     def with_options(self, **options) -> "QuantConfig":
         """A copy with ``options`` (top-level or section field names) changed."""

@@ -48,3 +48,20 @@ def test_configs_are_frozen_and_with_options_copies():
     assert d.as_dict()["ranges"]["method"] == "percentile"
     for cls in (RangeOptions, CalibrationOptions, RefinementOptions):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+
+
+def test_preset_sets_its_options_except_the_kept_ones():
+    base = QuantConfig(target="openvino", weight_rounding="nearest")
+    c = base.with_preset("transformer", keep={"weight_rounding"})
+    assert (c.refinements.smoothing_sites, c.refinements.smoothing_alpha, c.weight_bits) == ("matmuls", 0.8, "pairs")
+    assert c.refinements.weight_rounding == "nearest" and c.target == "openvino"
+    assert base.with_preset("transformer").refinements.weight_rounding == "gptq_all"
+
+
+@pytest.mark.parametrize("config, name, message", [
+    (QuantConfig(target="openvino"), "bert", "preset must be one of transformer, got 'bert'"),
+    (QuantConfig(), "transformer", "measured for target openvino only, not onnxruntime"),
+])
+def test_preset_refuses_unknown_names_and_other_targets(config, name, message):
+    with pytest.raises(QnnxError, match=message):
+        config.with_preset(name)
