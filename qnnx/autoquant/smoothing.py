@@ -12,12 +12,17 @@ and moves the outlier into the weights, which are quantized per output column an
 Who divides by ``s`` (the site's ``kind``):
 
 - ``norm``: the LayerNormalization producing ``y`` (its scale and bias); other readers of ``y`` get
-  ``Mul(y', s)`` and keep the original name, so per-layer comparisons by name compare like with like.
+  ``Mul(y', s)``, which keeps the original name.
 - ``projection``: the value projection of an attention block, when ``y`` is the attention's context
   (``Reshape(Transpose(MatMul(P, Transpose(Reshape(v)))))``): the context's channel j is a weighted
   sum of ``v``'s channel j, so the projection's weight columns and bias absorb ``1 / s``.
 - ``mul``: a new ``Mul(y, 1 / s)`` read only by the MatMuls (a GELU output, for one). OpenVINO folds
   it into the quantizer that follows or into the producing layer's post-ops.
+
+Every value that holds ``y / s`` afterwards (the norm's output; a projection's output through the attention
+to the context) is renamed ``<name>_smoothed``: per-layer comparisons by name (``qnnx compare``, the
+summary's worst layers, against the original float model) then never pair a scaled value with the
+unscaled one.
 
 ``sites="norms"`` (the default) smooths LayerNorm outputs only; ``"matmuls"`` every activation read
 by MatMuls with a constant weight (NNCF's transformer preset does the same). The alphas and site
@@ -165,9 +170,35 @@ def smoothing_scales(channel_absmax: np.ndarray, weights: list[np.ndarray], alph
     return s.astype(np.float32)
 
 
+def scaled_values(site: SmoothingSite) -> list[ir.Value]:
+    """The values that hold ``y / s`` once ``site`` is smoothed, ``y`` first: a norm's output; a value
+    projection's chain, the context back through data movement, the attention MatMul and the bias Add to
+    the projection's output; none for a new Mul (``y`` keeps its values)."""
+    if site.kind == "norm":
+        return [site.value]
+    if site.kind != "projection":
+        return []
+    out, v = [], site.value
+    stop = site.absorber.outputs[0]
+    while v is not None and v not in out:
+        out.append(v)
+        p = v.producer()
+        if v is stop or p is None:
+            break
+        if p is site.bias:
+            v = p.inputs[1] if const_array(p.inputs[0]) is not None else p.inputs[0]
+        elif p.op_type == "MatMul":  # the attention's probabilities times values
+            v = p.inputs[1]
+        else:  # data movement (_MOVES)
+            v = p.inputs[0]
+    return out
+
+
 def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None:
-    """Rescale ``site`` by ``s`` in place: ``1 / s`` where its kind says, ``s`` into its readers' weight rows."""
+    """Rescale ``site`` by ``s`` in place: ``1 / s`` where its kind says, ``s`` into its readers' weight rows;
+    the values that then hold ``y / s`` are renamed (module docstring)."""
     y, absorber = site.value, site.absorber
+    scaled = scaled_values(site)
     b = Builder(graph, (absorber.name or absorber.op_type) if absorber is not None else
                 f"{site.matmuls[0].name or 'MatMul'}_smoothing")
 
@@ -192,9 +223,11 @@ def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None
     for mm in site.matmuls:
         mm.replace_input_with(1, b.const((const_array(mm.inputs[1]) * s[:, None]).astype(np.float32),
                                          "smoothed_weight"))
+    name = y.name
+    for v in scaled:
+        if v.name:
+            v.name = f"{v.name}_smoothed"
     if site.kind == "norm" and site.other_readers:
-        name = y.name
-        y.name = f"{name}_smoothed"
         restore = b.op("Mul", [y, b.const(s, "smoothing_scale")], hint="unsmooth")
         restore.type, restore.shape = y.type, y.shape
         graph.insert_after(absorber, b.nodes)

@@ -19,6 +19,7 @@ from qnnx import QnnxError, QuantConfig
 from qnnx.autoquant.patterns import MatchFail, patterns_for
 from qnnx.autoquant.plan import plan
 from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.refinements.sqnr_fallback import value_errors
 from qnnx.autoquant.smoothing import smooth, smoothing_sites
 from qnnx.data import CalibrationData, input_specs
 
@@ -308,6 +309,22 @@ def test_smoothing_every_matmul_input_is_exact_in_float(scrambled):
     assert x.producer().op_type == ("Mul" if scrambled else "Reshape")
     for f in _tokens(4, seed=9):
         assert _cosine(run_ort(qm.qdq, f)[0], run_ort(_attention_layer(scrambled), f)[0]) > 0.95  # a working model
+
+
+@pytest.mark.parametrize("build, sites", [(_ln_linear, "norms"), (_attention_layer, "matmuls")])
+def test_smoothing_leaves_no_scaled_value_under_its_original_name(build, sites):
+    """A norm output read by MatMuls only (_ln_linear's) and a value projection's chain hold y / s after
+    smoothing: they are renamed, so every value that keeps its name keeps its values, and comparing the
+    quantized model with the original float model by name (``qnnx compare``) pairs like with like."""
+    calib = _tokens(4)
+    original = prepare(build())
+    smoothed = smooth(prepare(build()), CalibrationData.from_source(calib).bind(input_specs(original)), 0.8, sites)
+    names = {v.name for n in original.graph for v in n.outputs} & {v.name for n in smoothed.graph for v in n.outputs}
+    renamed = {v.name for n in smoothed.graph for v in n.outputs if v.name.endswith("_smoothed")}
+    assert renamed
+    errors = value_errors(original, smoothed, sorted(names), calib)
+    worst = min(errors.values(), key=lambda e: e.sqnr_db)
+    assert worst.sqnr_db > 80, f"{worst.name} keeps its name but not its values ({worst.sqnr_db:.1f} dB)"
 
 
 @cache
