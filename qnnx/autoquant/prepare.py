@@ -103,7 +103,8 @@ def prepared(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_
     if "fuse_layer_norm" not in skip:
         m = fuse_layer_norm(m)
     folded: dict[str, ir.Node] = {}  # user name of a node folded away -> the node that absorbed it
-    if "fold_affine_into_conv" not in skip and fold_affine_into_conv(m.graph, folded):  # a bias Add folded away may have hidden a BatchNorm from its conv
+    meanings: dict[ir.Node, str] = {}  # a conv that absorbed a Mul/Add -> the value name it now computes
+    if "fold_affine_into_conv" not in skip and fold_affine_into_conv(m.graph, folded, meanings):  # a bias Add folded away may have hidden a BatchNorm from its conv
         # The fusion replaces such a conv by one that makes the BatchNorm's output: follow it by that name.
         after = {key: [o.name for u in node.outputs[0].uses() for o in u.node.outputs] for key, node in folded.items()}
         m = rewrite(m, pattern_rewrite_rules=[fuse_batchnorm_into_conv_rule, fuse_batchnorm_into_conv_transpose_rule])
@@ -113,7 +114,7 @@ def prepared(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_
                 found = [producers[name] for name in after[key] if name in producers]
                 if found:
                     folded[key] = found[0]
-        fold_affine_into_conv(m.graph, folded)
+        fold_affine_into_conv(m.graph, folded, meanings)
     if "fold_shift_into_conv" not in skip:
         fold_shift_into_unpadded_conv(m.graph, folded)
     if "fuse_matmul_add_into_gemm" not in skip:
@@ -123,6 +124,7 @@ def prepared(model, *, min_opset: int = MIN_OPSET, exclude_nodes=(), exclude_op_
                                                 and any(fnmatch.fnmatchcase(n.name, p) for p in exclude_nodes)))
     _restore_names(m.graph, user_names)
     _name_everything(m.graph)
+    _name_by_meaning(m.graph, meanings)
     renames = {user_names[name]: node.name for name, node in folded.items()
                if name in user_names and node.graph is m.graph}
     return Prepared(m, renames, source_op_types)
@@ -253,6 +255,19 @@ def _restore_names(graph: ir.Graph, user_names: dict[str, str]) -> None:
                 break
 
 
+def _name_by_meaning(graph: ir.Graph, meanings: dict[ir.Node, str]) -> None:
+    """A conv that absorbed a following Mul/Add computes that op's output: its output takes that name (after
+    node names are restored from output names, so the conv keeps its own node name), and comparisons by
+    name against the original model (``qnnx compare``) pair it with what it computes, not with the conv's
+    output before the affine op."""
+    taken = {v.name for v in graph.inputs} | {o.name for n in graph for o in n.outputs}
+    for conv, name in meanings.items():
+        if conv.graph is graph and name and name not in taken and not conv.outputs[0].is_graph_output():
+            taken.discard(conv.outputs[0].name)
+            conv.outputs[0].name = name
+            taken.add(name)
+
+
 def _name_everything(graph: ir.Graph) -> None:
     """Unique node and value names: decisions, reports and calibration outputs refer to them."""
     taken = {v.name for v in graph.inputs} | set(graph.initializers)
@@ -298,10 +313,12 @@ def _per_output_channel(c: np.ndarray, out_rank: int, channels: int) -> np.ndarr
     return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float32)
 
 
-def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None) -> int:
+def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None, meanings: dict | None = None) -> int:
     """``Conv -> Mul(c)`` and ``Conv -> Add(c)`` (ConvTranspose too, group 1) with ``c`` constant per output channel (or scalar)
     become the Conv alone, with ``W * c`` / ``b * c`` or ``b + c``. Exact in real arithmetic; the Conv
-    must be the Mul/Add's only producer and the Mul/Add the Conv's only consumer. Returns #folded."""
+    must be the Mul/Add's only producer and the Mul/Add the Conv's only consumer. ``meanings``: each Conv
+    that absorbed one -> the name of the value it now computes (the last absorbed op's output), which
+    :func:`prepared` gives its output once node names are settled. Returns #folded."""
     folds = {} if folded is None else folded
     n_folded = 0
     changed = True
@@ -345,6 +362,8 @@ def fold_affine_into_conv(graph: ir.Graph, folded: dict | None = None) -> int:
             conv.replace_input_with(1, new_w)
             _set_bias(conv, new_b)
             _record_fold(folds, nxt, conv)
+            if meanings is not None:
+                meanings[conv] = nxt.outputs[0].name
             replace_value(graph, nxt.outputs[0], out)
             graph.remove(nxt, safe=True)
             n_folded += 1

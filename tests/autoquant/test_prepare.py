@@ -15,6 +15,7 @@ from onnx import numpy_helper
 import qnnx
 from qnnx import QnnxError, QuantConfig
 from qnnx.autoquant.prepare import prepare
+from qnnx.autoquant.refinements.sqnr_fallback import value_errors
 from qnnx.ir import const_array
 
 RNG = np.random.default_rng(11)
@@ -194,6 +195,23 @@ def test_per_channel_mul_and_add_after_conv_fold_into_it(with_bias):
     p = prepare(model)
     assert _ops(p) == ["Conv", "Relu"]
     _assert_same_outputs(model, p, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_that_absorbed_an_affine_op_takes_its_output_name_and_keeps_its_node_name():
+    """The folded Conv computes what the Add after the Mul computed: its output carries that name, so a
+    comparison by name with the original model pairs like with like; the node keeps the user's conv name."""
+    g = Graph()
+    c = g.node("Conv", [g.input("x", [1, 3, 6, 6]), g.const(conv_weight(RNG, 4, 3), "w")], name="conv",
+               pads=[1, 1, 1, 1], out="conv_out")
+    m = g.node("Mul", [c, g.const(RNG.uniform(0.5, 2, (4, 1, 1)).astype(np.float32), "a")], name="mul", out="mul_out")
+    a = g.node("Add", [m, g.const(RNG.normal(size=(4, 1, 1)).astype(np.float32), "beta")], name="add", out="add_out")
+    g.node("Relu", [a], name="relu", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    conv = next(n for n in p.graph if n.op_type == "Conv")
+    assert (conv.name, conv.outputs[0].name) == ("conv", "add_out")
+    feed = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    assert value_errors(ir.from_proto(model), p, ["add_out"], [feed])["add_out"].sqnr_db > 90  # float rounding only
 
 
 @pytest.mark.parametrize("group, shift_shape, k, attrs, shift_first", [
