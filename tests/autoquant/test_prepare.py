@@ -214,6 +214,36 @@ def test_a_conv_that_absorbed_an_affine_op_takes_its_output_name_and_keeps_its_n
     assert value_errors(ir.from_proto(model), p, ["add_out"], [feed])["add_out"].sqnr_db > 90  # float rounding only
 
 
+def test_every_value_that_keeps_its_name_keeps_its_values():
+    """Across prepare's rewrites together (BatchNorm fusion, affine folds, a shift folded into an unpadded
+    conv, HardSwish spelled out, MatMul + bias Add -> Gemm), a name in both models means the same values:
+    what ``qnnx compare`` relies on when it pairs a quantized model's tensors with the original's."""
+    g = Graph()
+    c1 = g.node("Conv", [g.input("x", [1, 3, 8, 8]), g.const(conv_weight(RNG, 4, 3), "w1")], name="c1",
+                pads=[1, 1, 1, 1], out="c1_out")
+    bn = [g.const(a.astype(np.float32)) for a in (RNG.uniform(0.5, 2, 4), RNG.normal(size=4),
+                                                 RNG.normal(size=4), RNG.uniform(0.5, 2, 4))]
+    b = g.node("BatchNormalization", [c1, *bn], name="bn", epsilon=1e-5, out="bn_out")
+    m = g.node("Mul", [b, g.const(RNG.uniform(0.5, 2, (4, 1, 1)).astype(np.float32))], name="scale", out="scale_out")
+    a = g.node("Add", [m, g.const(RNG.normal(size=(4, 1, 1)).astype(np.float32))], name="shift", out="shift_out")
+    h = g.node("HardSwish", [a], name="hswish", out="hswish_out")
+    s2 = g.node("Add", [h, g.const(RNG.normal(size=(1, 4, 1, 1)).astype(np.float32))], name="pre", out="pre_out")
+    c2 = g.node("Conv", [s2, g.const(conv_weight(RNG, 6, 4, k=1), "w2")], name="c2", out="c2_out")
+    f = g.node("Flatten", [g.node("GlobalAveragePool", [c2], name="gap", out="gap_out")], name="flat", out="flat_out")
+    mm = g.node("MatMul", [f, g.const((RNG.standard_normal((6, 5)) * 0.3).astype(np.float32))], name="fc",
+                out="fc_out")
+    g.node("Add", [mm, g.const(RNG.normal(size=5).astype(np.float32))], name="fc_bias", out="y")
+    model = g.model("y")
+    p = prepare(model)
+    assert "BatchNormalization" not in _ops(p) and "Gemm" in _ops(p)  # the rewrites did run
+    shared = sorted({o.name for n in ir.from_proto(model).graph for o in n.outputs}
+                    & {o.name for n in p.graph for o in n.outputs})
+    feeds = [{"x": RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(2)]
+    errors = value_errors(ir.from_proto(model), p, shared, feeds)
+    worst = min(errors.values(), key=lambda e: e.sqnr_db)
+    assert worst.sqnr_db > 90, f"{worst.name} keeps its name but not its values ({worst.sqnr_db:.1f} dB)"
+
+
 @pytest.mark.parametrize("group, shift_shape, k, attrs, shift_first", [
     (1, (), 1, {}, False), (1, (1, 6, 1, 1), 1, {}, True), (3, (6, 1, 1), 1, {}, False),
     (6, (1,), 1, {}, True), (6, (1, 6, 1, 1), 3, {}, False), (1, (6, 1, 1), 3, {"strides": [2, 2]}, True),
