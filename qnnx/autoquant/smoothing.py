@@ -50,7 +50,10 @@ class SmoothingSite:
     """An activation whose channels can be rescaled: ``value``, the MatMuls reading it as input A
     with a constant rank-2 weight, how ``1 / s`` is applied (``kind``: "norm", "projection" or "mul"), the node that
     absorbs it (the LayerNormalization or the value projection's MatMul; None for "mul"), the
-    projection's bias Add (or None), and how many other readers ``value`` has."""
+    projection's bias Add (or None), how many other readers ``value`` has, and the values that hold
+    ``value / s`` once it is smoothed (``scaled``, ``value`` first: a norm's output; a projection's chain
+    from the context back to the projection's output; none for a new Mul, after which ``value`` keeps its
+    values)."""
 
     value: ir.Value
     matmuls: tuple[ir.Node, ...]
@@ -58,6 +61,7 @@ class SmoothingSite:
     absorber: ir.Node | None = None
     bias: ir.Node | None = None
     other_readers: int = 0
+    scaled: tuple[ir.Value, ...] = ()
 
 
 def _weight(node: ir.Node) -> np.ndarray | None:
@@ -92,24 +96,29 @@ def _only_reader(value: ir.Value) -> ir.Node | None:
     return uses[0].node if len(uses) == 1 and not value.is_graph_output() else None
 
 
-def _moved_from(value: ir.Value) -> ir.Value:
-    """Follow ``value`` back through Reshapes and Transposes that have no other reader."""
-    while (p := value.producer()) is not None and p.op_type in _MOVES and _only_reader(p.inputs[0]) is p:
-        value = p.inputs[0]
-    return value
+def _moved_path(value: ir.Value) -> list[ir.Value]:
+    """``value`` and the values it comes from back through Reshapes and Transposes that have no other reader
+    (the last one is where the data movement starts)."""
+    path = [value]
+    while (p := path[-1].producer()) is not None and p.op_type in _MOVES and _only_reader(p.inputs[0]) is p:
+        path.append(p.inputs[0])
+    return path
 
 
-def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | None] | None:
+def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | None, tuple[ir.Value, ...]] | None:
     """The value projection (MatMul, bias Add or None) whose output columns are ``y``'s channels through
-    an attention's ``MatMul(P, ...)`` and data movement only, each value read once; else None."""
-    attention = _moved_from(y).producer()
+    an attention's ``MatMul(P, ...)`` and data movement only, each value read once, and the values on that
+    chain from ``y`` back to the projection's output; else None."""
+    context = _moved_path(y)
+    attention = context[-1].producer()
     if attention is None or attention.op_type != "MatMul" or len(attention.inputs) != 2:
         return None
     if _weight(attention) is not None:  # a linear layer, not probabilities times values
         return None
     if _only_reader(attention.inputs[1]) is not attention:
         return None
-    v = _moved_from(attention.inputs[1])
+    values = _moved_path(attention.inputs[1])
+    v = values[-1]
     if _only_reader(v) is None or (p := v.producer()) is None:
         return None
     bias = None
@@ -118,11 +127,12 @@ def _value_projection(y: ir.Value, channels: int) -> tuple[ir.Node, ir.Node | No
             b, m = const_array(p.inputs[i]), p.inputs[1 - i].producer()
             if b is not None and b.shape == (channels,) and m is not None and _only_reader(m.outputs[0]) is p:
                 bias, p = p, m
+                values.append(m.outputs[0])
                 break
         else:
             return None
     w = _weight(p)
-    return (p, bias) if w is not None and w.shape[1] == channels else None
+    return (p, bias, (*context, *values)) if w is not None and w.shape[1] == channels else None
 
 
 def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True,
@@ -150,10 +160,11 @@ def smoothing_sites(graph: ir.Graph, sites: str = "norms", *, muls: bool = True,
         matmuls.sort(key=order.__getitem__)  # graph order: a new Mul goes before the first
         producer = y.producer()
         if _norm_absorbs(producer) and const_array(producer.inputs[1]).shape == (channels,):
-            found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others))
+            found.append(SmoothingSite(y, tuple(matmuls), "norm", producer, other_readers=others, scaled=(y,)))
         elif (sites == "matmuls" and projections and not values_read
               and (projection := _value_projection(y, channels)) is not None):
-            found.append(SmoothingSite(y, tuple(matmuls), "projection", *projection, other_readers=others))
+            absorber, bias, chain = projection
+            found.append(SmoothingSite(y, tuple(matmuls), "projection", absorber, bias, others, chain))
         elif sites == "matmuls" and muls:
             found.append(SmoothingSite(y, tuple(matmuls), "mul", other_readers=others))
     return found
@@ -170,35 +181,10 @@ def smoothing_scales(channel_absmax: np.ndarray, weights: list[np.ndarray], alph
     return s.astype(np.float32)
 
 
-def scaled_values(site: SmoothingSite) -> list[ir.Value]:
-    """The values that hold ``y / s`` once ``site`` is smoothed, ``y`` first: a norm's output; a value
-    projection's chain, the context back through data movement, the attention MatMul and the bias Add to
-    the projection's output; none for a new Mul (``y`` keeps its values)."""
-    if site.kind == "norm":
-        return [site.value]
-    if site.kind != "projection":
-        return []
-    out, v = [], site.value
-    stop = site.absorber.outputs[0]
-    while v is not None and v not in out:
-        out.append(v)
-        p = v.producer()
-        if v is stop or p is None:
-            break
-        if p is site.bias:
-            v = p.inputs[1] if const_array(p.inputs[0]) is not None else p.inputs[0]
-        elif p.op_type == "MatMul":  # the attention's probabilities times values
-            v = p.inputs[1]
-        else:  # data movement (_MOVES)
-            v = p.inputs[0]
-    return out
-
-
 def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None:
     """Rescale ``site`` by ``s`` in place: ``1 / s`` where its kind says, ``s`` into its readers' weight rows;
     the values that then hold ``y / s`` are renamed (module docstring)."""
     y, absorber = site.value, site.absorber
-    scaled = scaled_values(site)
     b = Builder(graph, (absorber.name or absorber.op_type) if absorber is not None else
                 f"{site.matmuls[0].name or 'MatMul'}_smoothing")
 
@@ -224,7 +210,7 @@ def apply_smoothing(graph: ir.Graph, site: SmoothingSite, s: np.ndarray) -> None
         mm.replace_input_with(1, b.const((const_array(mm.inputs[1]) * s[:, None]).astype(np.float32),
                                          "smoothed_weight"))
     name = y.name
-    for v in scaled:
+    for v in site.scaled:
         if v.name:
             v.name = f"{v.name}_smoothed"
     if site.kind == "norm" and site.other_readers:
