@@ -47,9 +47,10 @@ import onnx_ir as ir
 
 from qnnx import ops
 from qnnx.errors import QnnxError
+from qnnx.ir.build import const_array
 from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_pairs
 from qnnx.targets.openvino.cpu import pairs_saturate
-from qnnx.targets.openvino.execution_check import contractions, executed_layers
+from qnnx.targets.openvino.execution_check import contractions, executed_layers, in_int8_kernels
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms, run
 
 INPUTS_ONLY = Int8Execution(inputs=True, output=False)
@@ -73,6 +74,8 @@ class OpenVinoRecord:
     float_layers: list[str] = field(default_factory=list)
     unchecked: str = ""
     saturating: bool = False  # int8 weight pairs beyond 128 on a CPU whose u8 x s8 kernels clip 16-bit pair sums
+    in_kernels: int = 0  # of the int8 ones, those inside the plugin's generated kernels (its attention kernel)
+    shifted_deconvolutions: list[str] = field(default_factory=list)  # ConvTranspose nodes reading a zero point
 
     def lines(self) -> list[str]:
         if self.unchecked:
@@ -80,11 +83,18 @@ class OpenVinoRecord:
         out = ["note: OpenVINO on this CPU (x86 without VNNI) sums uint8 x int8 products in saturating 16-bit pairs, "
                "so large sums in this model's int8 layers can be clipped; --weight-bits 7 or pairs keeps each pair "
                "within what these kernels sum exactly"] if self.saturating else []
-        out += [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8 ({self.quantized} quantized in "
-               f"the model), {len(self.float_layers)} in float"]
+        kernels = f", {self.in_kernels} of them inside its attention kernels" if self.in_kernels else ""
+        out += [f"OpenVINO (CPU) executes {self.int8} conv/matmul layer(s) in int8{kernels} ({self.quantized} "
+                f"quantized in the model), {len(self.float_layers)} in float"]
         if self.int8 < self.quantized:
+            where = (", ".join(self.float_layers[:8]) + (" ..." if len(self.float_layers) > 8 else "")
+                     if self.float_layers else "not found in its runtime graph")
             out.append(f"WARNING: OpenVINO runs {self.quantized - self.int8} quantized conv/matmul layer(s) in "
-                       "float: " + ", ".join(self.float_layers[:8]) + (" ..." if len(self.float_layers) > 8 else ""))
+                       f"float: {where}")
+            if self.shifted_deconvolutions:
+                out.append("  its int8 deconvolution takes no input zero point, and ConvTranspose "
+                           + ", ".join(self.shifted_deconvolutions[:4]) + " reads one; --symmetric-activations auto "
+                           "tries zero point 0 where the outputs stay as close to float")
         return out
 
 
@@ -134,19 +144,30 @@ class OpenVinoTarget:
         return copy
 
     def check(self, qdq: ir.Model) -> OpenVinoRecord:
-        quantized = sum(1 for n in qdq.graph
-                        if n.op_type in QUANTIZED_OPS and n.inputs and _reads_dequantized(n.inputs[0]))
+        quantized = [n for n in qdq.graph
+                     if n.op_type in QUANTIZED_OPS and n.inputs and _reads_dequantized(n.inputs[0])]
         try:
             compiled = compile_model(self.export(qdq), threads=1)
         except QnnxError as e:
-            return OpenVinoRecord(quantized, unchecked=str(e))
-        int8, floats = contractions(executed_layers(compiled))
-        return OpenVinoRecord(quantized, len(int8), [layer.fused or layer.name for layer in floats],
-                              saturating=wide_int8_pairs(qdq) and pairs_saturate())
+            return OpenVinoRecord(len(quantized), unchecked=str(e))
+        layers = executed_layers(compiled)
+        int8, floats = contractions(layers)
+        in_kernels = in_int8_kernels(quantized, layers)
+        shifted = [n.name for n in quantized if n.op_type == "ConvTranspose" and _reads_zero_point(n.inputs[0])]
+        return OpenVinoRecord(len(quantized), len(int8) + len(in_kernels), [layer.fused or layer.name for layer in floats],
+                              saturating=wide_int8_pairs(qdq) and pairs_saturate(), in_kernels=len(in_kernels),
+                              shifted_deconvolutions=shifted)
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""
         return median_latency_ms([self.export(m) for m in models], feed=feed, threads=1, repeats=repeats)
+
+
+def _reads_zero_point(v: ir.Value) -> bool:
+    """``v`` is dequantized (directly or through data movement) with a zero point other than 0."""
+    p = ops.maker(v, lambda n: ops.passed_on(n) is not None)
+    zero_point = const_array(p.inputs[2]) if p is not None and len(p.inputs) > 2 else None
+    return zero_point is not None and bool(np.any(zero_point != 0))
 
 
 def _reads_dequantized(v: ir.Value | None) -> bool:

@@ -5,12 +5,17 @@ weights reach it as quantized values runs on u8/i8 kernels; one whose quantizati
 propagated to it (a Q/DQ pair in the wrong place, an unsupported zero point) silently runs in float.
 The runtime graph (``compiled.get_runtime_model()``) names each executed layer's type
 (``layerType``), its precision (``runtimePrecision``) and the original layers fused into it
-(``originalLayersNames``).
+(``originalLayersNames``). A group of ops the plugin compiles into one generated kernel (a ``Subgraph``
+layer: its attention kernel takes queries x keys, the scaling and mask, the softmax and probabilities x
+values) lists its ops but not always the first one, which it renames.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import onnx_ir as ir
 
 CONTRACTIONS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul", "GroupConvolution")
 INT8 = ("u8", "i8", "U8", "I8")
@@ -42,3 +47,20 @@ def contractions(layers: list[ExecutedLayer]) -> tuple[list[ExecutedLayer], list
     """(int8, float) conv/matmul layers."""
     mine = [layer for layer in layers if layer.layer_type in CONTRACTIONS]
     return [layer for layer in mine if layer.precision in INT8], [layer for layer in mine if layer.precision not in INT8]
+
+
+def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> list[str]:
+    """The names of ``nodes`` (quantized convs/matmuls) that an int8 ``Subgraph`` layer executes rather than
+    a conv/matmul layer: one the layer lists, itself or an op reading its output (the group's first op
+    is renamed)."""
+    listed = {name for layer in layers if layer.layer_type in CONTRACTIONS for name in (layer.name, *layer.fused.split(","))}
+    kernels = [{layer.name, *layer.fused.split(",")} - {""} for layer in layers
+               if layer.layer_type == "Subgraph" and layer.precision in INT8]
+    out = []
+    for node in nodes:
+        if node.name in listed:
+            continue
+        near = {node.name} | {use.node.name for v in node.outputs for use in v.uses()}
+        if any(near & kernel for kernel in kernels):
+            out.append(node.name)
+    return out

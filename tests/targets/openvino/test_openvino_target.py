@@ -214,6 +214,43 @@ def test_a_shape_reader_does_not_stop_the_hoist():
     assert nodes_by_name(qm.qdq)["shape"].inputs[0].name == "p_out"
 
 
+def _multi_head_attention_model():
+    """A BERT-style attention: queries, keys, values projected and split into 4 heads (Reshape, Transpose),
+    p = Softmax(q k), the context p v merged back (Transpose, Reshape) and projected again."""
+    rng = np.random.default_rng(3)
+    g = Graph()
+    tokens, heads, width = 16, 4, 16
+    x = g.input("x", [1, tokens, heads * width])
+    split = g.const(np.array([1, tokens, heads, width], np.int64))
+    merged = g.const(np.array([1, tokens, heads * width], np.int64))
+
+    def projection(name: str, perm: list[int]):
+        w = g.const((rng.normal(size=(heads * width, heads * width)) / 8).astype(np.float32), f"w{name}")
+        p = g.node("MatMul", [x, w], name=name, out=f"{name}_out")
+        return g.node("Transpose", [g.node("Reshape", [p, split])], perm=perm, name=f"{name}_heads")
+
+    q, k, v = projection("q", [0, 2, 1, 3]), projection("k", [0, 2, 3, 1]), projection("v", [0, 2, 1, 3])
+    p = g.node("Softmax", [g.node("MatMul", [q, k], name="scores")], axis=-1, name="softmax")
+    c = g.node("MatMul", [p, v], name="context", out="context_out")
+    t = g.node("Transpose", [c], perm=[0, 2, 1, 3], name="heads_back", out="heads_back_out")
+    r = g.node("Reshape", [t, merged], name="merge", out="merge_out")
+    wo = g.const((rng.normal(size=(heads * width, heads * width)) / 8).astype(np.float32), "wo")
+    g.node("MatMul", [r, wo], name="output_projection", out="y")
+    return g.model("y")
+
+
+@pytest.mark.openvino
+def test_check_counts_queries_times_keys_inside_the_attention_kernel_as_int8():
+    """The plugin compiles an attention (queries x keys, softmax, probabilities x values) into one generated
+    int8 kernel whose layer does not list the first MatMul by name: the check counts it there, not as a
+    quantized layer run in float."""
+    pytest.importorskip("openvino")
+    record = _quantized_for_openvino(_multi_head_attention_model(), (1, 16, 64)).report.record("openvino")
+    assert record.unchecked == "" and record.in_kernels == 1
+    assert record.int8 == record.quantized == 5  # q, k, v, the output projection and queries x keys
+    assert not any(line.startswith("WARNING") for line in record.lines())
+
+
 def test_onnxruntime_does_not_hoist():
     qm = _quantize_branchy("onnxruntime")
     quantized = {n.inputs[0].name for n in qm.qdq.graph if n.op_type == "QuantizeLinear"}
