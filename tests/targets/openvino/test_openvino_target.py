@@ -164,6 +164,27 @@ def test_openvino_gives_queries_and_keys_zero_points_0_and_leaves_probabilities_
     assert not why["context"].quantized and "probabilities" in why["context"].reason
 
 
+def _deconvolution_model():
+    """y = ConvTranspose(x) (stride 2), x signed: its quantized input has a zero point."""
+    g = Graph()
+    x = g.input("x", [1, 8, 6, 6])
+    w = g.const((np.random.default_rng(0).normal(size=(8, 4, 2, 2)) * 0.3).astype(np.float32), "w")
+    g.node("ConvTranspose", [x, w], strides=[2, 2], name="up", out="y")
+    return g.model("y")
+
+
+@pytest.mark.openvino
+def test_check_says_why_a_conv_transpose_reading_a_zero_point_runs_in_float():
+    pytest.importorskip("openvino")
+    record = _quantized_for_openvino(_deconvolution_model(), (1, 8, 6, 6)).report.record("openvino")
+    assert record.quantized == 1 and record.int8 == 0 and record.shifted_deconvolutions == ["up"]
+    lines = record.lines()
+    assert lines[1].startswith("WARNING") and "takes no input zero point" in lines[2] and "up" in lines[2]
+    fixed = qnnx.quantize(_deconvolution_model(), samples(8, shape=(1, 8, 6, 6)),
+                          config=QuantConfig(progress=False, target="openvino", symmetric_activations="auto"))
+    assert fixed.report.record("openvino").int8 == 1  # the option the note names runs it in int8
+
+
 def test_a_value_a_concat_makes_keeps_its_zero_point_where_zero_point_0_is_asked_for():
     # keys made by a Concat (a cache of past keys, say): OpenVINO computes a Concat of int8 inputs wrongly on
     # some CPUs (bench/ov_int8_concat.py), so they keep uint8 with their zero point; the queries get zero point 0
