@@ -32,8 +32,10 @@
                when the outputs stay as close to float there (refinements/symmetric_activations.py)
     depthwise  its depthwise convs take per-channel input qparams (axis 1; ranges.depthwise_inputs)
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
-    check      the model compiled once: which conv/matmul layers the runtime graph executes in int8
-               (execution_check.py); needs openvino, else the record says why it was not checked
+    check      the model compiled once: which conv/matmul layers the runtime graph executes in int8, as
+               layers or inside its generated attention kernels (execution_check.py), and why a
+               ConvTranspose reading a zero point runs in float; needs openvino, else the record says why
+               it was not checked
     timer      median latency of compiled models on one thread, timed interleaved (runtime.py)
 """
 
