@@ -52,7 +52,11 @@ from qnnx.errors import QnnxError
 from qnnx.ir.build import const_array
 from qnnx.targets.execution import Int8Execution, MatchFacts, wide_int8_pairs
 from qnnx.targets.openvino.cpu import pairs_saturate
-from qnnx.targets.openvino.execution_check import contractions, executed_layers, in_int8_kernels
+from qnnx.targets.openvino.execution_check import (
+    contractions,
+    executed_layers,
+    in_int8_kernels,
+)
 from qnnx.targets.openvino.runtime import compile_model, median_latency_ms, run
 
 INPUTS_ONLY = Int8Execution(inputs=True, output=False)
