@@ -642,9 +642,12 @@ def bench(
         precision: Annotated[Precision, typer.Option(
             "--precision", help="openvino: inference precision hint of its float layers (default: the plugin's, "
             "bf16 on CPUs that have it)")] = Precision.default,
+        profile: Annotated[bool, typer.Option(
+            "--profile", help="also where each model's time goes, per op type, from the runtime's own profiler "
+            "(OpenVINO: per layer type and the precision it ran in)")] = False,
         images: ImagePreprocess | None = None,
 ) -> None:
-    from qnnx.terminal import show_latency
+    from qnnx.terminal import show_latency, show_profile
 
     samples = _samples(data, images, "--data")
     _same_inputs(models, random=samples is None)
@@ -655,10 +658,16 @@ def bench(
         ms = dict(zip(models, openvino_latency_ms(models, feed=feed, threads=threads, repeats=repeats,
                                                   precision=precision.value)))
         show_latency(ms, threads, runtime="OpenVINO (CPU)")
-        return
-    from qnnx.targets.onnxruntime.latency import median_latency_ms
+    else:
+        from qnnx.targets.onnxruntime.latency import median_latency_ms
 
-    show_latency(median_latency_ms(models, feed=feed, threads=threads, repeats=repeats), threads)
+        show_latency(median_latency_ms(models, feed=feed, threads=threads, repeats=repeats), threads)
+    if profile:
+        from qnnx.analysis.profile import profile_model, profile_openvino
+
+        for m in models:
+            show_profile(m, profile_openvino(m, feed, threads=threads, precision=precision.value)
+                         if runtime is Runtime.openvino else profile_model(m, feed, threads=threads))
 
 
 def _same_inputs(models: list[str], *, random: bool) -> None:

@@ -191,6 +191,11 @@ def show_latency(ms: Mapping[str, float], threads: int, console: Console | None 
     console.print(t)
 
 
+def show_profile(model: str, profile, console: Console | None = None, top: int = 8) -> None:
+    """``qnnx bench --profile``: one model's time per op type (an ``analysis.profile.Profile``)."""
+    _print(console or stdout_console(), f"{model}: {profile.table(top)}")
+
+
 def show_ops(docs: Mapping[str, str], console: Console | None = None) -> None:
     """``qnnx ops``: the dialect's ops with the first sentence of their docs."""
     console = console or stdout_console()

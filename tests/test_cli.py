@@ -852,6 +852,19 @@ def test_bench_refuses_models_of_different_inputs(tmp_path, capsys):
     assert "input 'x' is FLOAT [1x5] here but FLOAT [1x4]" in capsys.readouterr().err
 
 
+def test_bench_profile_shows_each_models_time_per_op_type(image_case, capsys):
+    src, images = image_case
+    out = src.parent / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(images), "--resize", "8x8", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["bench", str(src), str(out), "--data", str(images), "--resize", "8", "--repeats", "2",
+                 "--profile"]) == 0
+    text = capsys.readouterr().out
+    float_part, int8_part = text.split(f"{src}: kernel time ")[1].split(f"{out}: kernel time ")
+    assert "Conv " in float_part and "QLinearConv" not in float_part
+    assert "QLinearConv" in int8_part  # ORT's fused kernel: the int8 conv ran as one
+
+
 def test_bench_without_data_needs_float_inputs(tmp_path, capsys):
     s = _one_input_model(tmp_path / "s.onnx", elem=onnx.TensorProto.STRING, shape=(1,))
     assert main(["bench", s, "--repeats", "1"]) == 1

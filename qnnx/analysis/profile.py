@@ -1,8 +1,11 @@
-"""Where the time goes: ONNX Runtime's own profiler, summarised per op type and per node.
+"""Where the time goes: the runtime's own profiler, summarised per op type and per node.
 
 ORT's profile names the kernels it actually ran after its graph optimizations (a QDQ Conv that
 fused shows up as ``QLinearConv``; one that did not shows up as ``DequantizeLinear`` + ``Conv`` +
 ``QuantizeLinear``), so this is the view to read when an int8 export is not as fast as expected.
+OpenVINO's per-layer counters name the layers of its runtime graph with the precision each ran in
+(``Convolution [int8]``; a conv/matmul quantized in the model but shown in ``bf16`` or ``f32`` runs in
+float), and its generated kernels (an attention) as ``Subgraph``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class Profile:
     def table(self, top: int = 8) -> str:
         lines = [f"kernel time {self.total_us_per_run / 1000:.2f} ms/run"]
         for o in self.by_op_type[:top]:
-            lines.append(f"  {o.op_type:<28} {o.us_per_run / 1000:8.3f} ms  {o.share:6.1%}  x{o.calls_per_run:g}")
+            lines.append(f"  {o.op_type:<34} {o.us_per_run / 1000:8.3f} ms  {o.share:6.1%}  x{o.calls_per_run:g}")
         return "\n".join(lines)
 
 
@@ -78,5 +81,34 @@ def summarize_events(events: list[dict], *, runs: int, warmup: int = 0) -> Profi
     nodes = sorted((OpTime(name, op, dur / runs, n / runs, dur / total) for (name, op), (dur, n) in per_node.items()),
                    key=lambda o: -o.us_per_run)
     types = sorted((OpTime(op, op, dur / runs, n / runs, dur / total) for op, (dur, n) in by_type.items()),
+                   key=lambda o: -o.us_per_run)
+    return Profile(total / runs, types, nodes)
+
+
+def profile_openvino(model_path: str, feed: dict[str, np.ndarray], *, threads: int = 1, runs: int = 10,
+                     warmup: int = 3, precision: str = "default") -> Profile:
+    """Run ``model_path`` on OpenVINO's CPU plugin ``warmup + runs`` times with its per-layer counters on;
+    each executed layer's time over the timed runs, its op type the layer type and the precision it ran in."""
+    from qnnx.targets.openvino.runtime import compile_model
+
+    request = compile_model(model_path, threads=threads, precision=precision, profile=True).create_infer_request()
+    per_node: dict[tuple[str, str], float] = defaultdict(float)
+    for i in range(warmup + runs):
+        request.infer(feed)
+        if i < warmup:
+            continue
+        for layer in request.profiling_info:
+            if layer.status.name == "EXECUTED":
+                ran_in = layer.exec_type.rsplit("_", 1)[-1].lower()
+                kind = f"{layer.node_type} [{'int8' if ran_in in ('i8', 'u8') else ran_in}]"
+                per_node[(layer.node_name, kind)] += layer.real_time.total_seconds() * 1e6
+    total = sum(per_node.values()) or 1.0
+    by_type: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for (_, kind), us in per_node.items():
+        by_type[kind][0] += us
+        by_type[kind][1] += 1
+    nodes = sorted((OpTime(name, kind, us / runs, 1.0, us / total) for (name, kind), us in per_node.items()),
+                   key=lambda o: -o.us_per_run)
+    types = sorted((OpTime(kind, kind, us / runs, n, us / total) for kind, (us, n) in by_type.items()),
                    key=lambda o: -o.us_per_run)
     return Profile(total / runs, types, nodes)

@@ -28,10 +28,11 @@ def openvino_module():
     return openvino
 
 
-def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, precision: str = "default"):
+def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, precision: str = "default",
+                  profile: bool = False):
     """``model`` (an ONNX file or an ``ir.Model``, written to a temporary file) compiled for the CPU plugin:
     ``threads`` inference threads (None: the plugin's), one stream, latency hint; ``precision``: the
-    inference precision hint of the float layers (``PRECISIONS``)."""
+    inference precision hint of the float layers (``PRECISIONS``); ``profile``: per-layer counters on."""
     if precision not in PRECISIONS:
         raise QnnxError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     ov = openvino_module()
@@ -41,6 +42,8 @@ def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, prec
         config["INFERENCE_NUM_THREADS"] = str(threads)
     if precision != "default":
         config["INFERENCE_PRECISION_HINT"] = precision
+    if profile:
+        config["PERF_COUNT"] = "YES"
     try:
         if isinstance(model, ir.Model):
             with tempfile.TemporaryDirectory(prefix="qnnx_ov_") as tmp:

@@ -371,6 +371,11 @@ def test_cli_bench_and_compare_on_openvino(tmp_path):
     r = runner.invoke(app, ["bench", str(fp), str(qp), "--runtime", "openvino", "--repeats", "2", "--data", str(data)])
     assert r.exit_code == 0, r.output
     assert "vs first" in r.output or "OpenVINO" in r.output
+    r = runner.invoke(app, ["bench", str(fp), str(qp), "--runtime", "openvino", "--repeats", "2", "--data", str(data),
+                            "--profile", "--precision", "f32"])
+    assert r.exit_code == 0, r.output
+    float_part, int8_part = r.output.split(f"{fp}: kernel time ")[1].split(f"{qp}: kernel time ")
+    assert "Convolution [f32]" in float_part and "Convolution [int8]" in int8_part  # the plugin's layers as they ran
     r = runner.invoke(app, ["compare", str(fp), str(qp), "--data", str(data), "--runtime", "openvino", "-q",
                             "--precision", "f32", "--threads", "1"])
     assert r.exit_code == 0, r.output
