@@ -307,11 +307,11 @@ def _bad_quantize_case(tmp_path, case, src, calib):
         src.write_bytes(src.read_bytes()[:60])
         return src, calib, "not a readable ONNX model"
     if case == "missing calib dir":
-        return src, tmp_path / "nowhere", "calibration path is not a directory"
+        return src, tmp_path / "nowhere", "sample path is not a directory"
     if case == "empty calib dir":
         empty = tmp_path / "empty"
         empty.mkdir()
-        return src, empty, "no .npy or .npz calibration files"
+        return src, empty, "no .npy or .npz sample files"
     if case == "wrong shapes":
         for f in calib.iterdir():
             np.save(f, np.zeros((1, 3, 4, 4), np.float32))

@@ -30,13 +30,13 @@ Loader = Callable[[list[InputSpec]], dict[str, np.ndarray]]  # one sample's feed
 
 def _files(directory: Path) -> tuple[Path, ...]:
     if not directory.is_dir():
-        raise QnnxError("calibration path is not a directory", where=str(directory))
+        raise QnnxError("sample path is not a directory", where=str(directory))
     files = sorted(p for p in directory.iterdir() if p.suffix in (".npy", ".npz"))
     if not files:
         if is_image_directory(directory):
-            raise QnnxError("no .npy or .npz calibration files, only images: give an ImageFolder with an "
+            raise QnnxError("no .npy or .npz sample files, only images: give an ImageFolder with an "
                             "ImagePreprocess (command line: --preprocess or --resize)", where=str(directory))
-        raise QnnxError("no .npy or .npz calibration files", where=str(directory))
+        raise QnnxError("no .npy or .npz sample files", where=str(directory))
     return tuple(files)
 
 

@@ -61,7 +61,7 @@ def test_cli_compare_bad_data_exits_1(tmp_path, capsys):
     onnx.save(_model(1.0), tmp_path / "f.onnx")
     (tmp_path / "d").mkdir()
     assert main(["compare", str(tmp_path / "f.onnx"), str(tmp_path / "f.onnx"), "--data", str(tmp_path / "d")]) == 1
-    assert "no .npy or .npz calibration files" in capsys.readouterr().err
+    assert "no .npy or .npz sample files" in capsys.readouterr().err
 
 
 def test_inspect_counts_quantized_ops(tmp_path):

@@ -237,8 +237,8 @@ def test_bad_sources_are_refused_when_built(tmp_path, image_dir):
     assert one_line_error(lambda: CalibrationData.from_source(5)) == \
         "calibration must be a directory or an iterable of samples, got int"
     assert one_line_error(lambda: CalibrationData.from_source(tmp_path / "nope")) == \
-        f"{tmp_path / 'nope'}: calibration path is not a directory"
-    assert "no .npy or .npz calibration files, only images" in one_line_error(lambda: CalibrationData.from_source(image_dir))
+        f"{tmp_path / 'nope'}: sample path is not a directory"
+    assert "no .npy or .npz sample files, only images" in one_line_error(lambda: CalibrationData.from_source(image_dir))
     assert "give a list of {input name: array} dicts" in one_line_error(lambda: CalibrationData.from_source({"x": _x()}))
     assert "num_samples must be a positive int" in one_line_error(lambda: CalibrationData.from_source([_x()], num_samples=0))
     # images for a two-input model: refused when bound, before any file is read

@@ -298,7 +298,7 @@ def test_two_input_model_is_refused(tmp_path):
 def test_npy_directory_holding_only_images_points_to_image_folder(tmp_path):
     _png(tmp_path / "a.png")
     msg = one_line_error(lambda: list(iter_samples(tmp_path, _specs(_model()))))
-    assert "no .npy or .npz calibration files, only images: give an ImageFolder" in msg and str(tmp_path) in msg
+    assert "no .npy or .npz sample files, only images: give an ImageFolder" in msg and str(tmp_path) in msg
 
 
 @pytest.mark.parametrize("options,expected", [

@@ -116,12 +116,12 @@ def test_samples_are_pulled_one_at_a_time():
 def test_empty_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     msg = _error(tmp_path, ONE)
-    assert "no .npy or .npz calibration files" in msg and str(tmp_path) in msg
+    assert "no .npy or .npz sample files" in msg and str(tmp_path) in msg
 
 
 def test_missing_directory(tmp_path):
     msg = _error(tmp_path / "nope", ONE)
-    assert "calibration path is not a directory" in msg and "nope" in msg
+    assert "sample path is not a directory" in msg and "nope" in msg
 
 
 def test_npy_given_to_a_two_input_model(tmp_path):
