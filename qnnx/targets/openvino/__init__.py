@@ -34,8 +34,9 @@
     export     the QDQ model as it is: no channel padding, no float MaxPool readers (ORT-only shaping)
     check      the model compiled once: which conv/matmul layers the runtime graph executes in int8, as
                layers or inside its generated attention kernels (execution_check.py), and why a
-               ConvTranspose reading a zero point runs in float; needs openvino, else the record says why
-               it was not checked
+               ConvTranspose reading a zero point runs in float, and the precision its float layers run in
+               (bf16 on CPUs that have it, where the report's f32 figures are not what runs); needs
+               openvino, else the record says why it was not checked
     timer      median latency of compiled models on one thread, timed interleaved (runtime.py)
 """
 
@@ -82,6 +83,7 @@ class OpenVinoRecord:
     saturating: bool = False  # int8 weight pairs beyond 128 on a CPU whose u8 x s8 kernels clip 16-bit pair sums
     in_kernels: int = 0  # of the int8 ones, those inside the plugin's generated kernels (its attention kernel)
     shifted_deconvolutions: list[str] = field(default_factory=list)  # ConvTranspose nodes reading a zero point
+    float_precision: str = ""  # what the plugin runs float layers in by default on this CPU (bf16 where it has it)
 
     def lines(self) -> list[str]:
         if self.unchecked:
@@ -101,6 +103,10 @@ class OpenVinoRecord:
                 out.append("  its int8 deconvolution takes no input zero point, and ConvTranspose "
                            + ", ".join(self.shifted_deconvolutions[:4]) + " reads one; --symmetric-activations auto "
                            "tries zero point 0 where the outputs stay as close to float")
+        if self.float_precision not in ("", "f32"):
+            out.append(f"note: OpenVINO runs this model's float layers in {self.float_precision} on this CPU (its "
+                       "default there); this report's SQNR and cosine are computed in f32 on ONNX Runtime: `qnnx "
+                       "compare --runtime openvino` measures the model as the plugin runs it (--precision f32 keeps f32)")
         return out
 
 
@@ -162,11 +168,17 @@ class OpenVinoTarget:
         shifted = [n.name for n in quantized if n.op_type == "ConvTranspose" and _reads_zero_point(n.inputs[0])]
         return OpenVinoRecord(len(quantized), len(int8) + len(in_kernels), [layer.fused or layer.name for layer in floats],
                               saturating=wide_int8_pairs(qdq) and pairs_saturate(), in_kernels=len(in_kernels),
-                              shifted_deconvolutions=shifted)
+                              shifted_deconvolutions=shifted, float_precision=_precision_name(compiled))
 
     def timer(self, models: Sequence[ir.Model], feed: dict, repeats: int) -> list[float]:
         """Median ms per inference of each model (CPU plugin, one thread), timed interleaved, each as exported."""
         return median_latency_ms([self.export(m) for m in models], feed=feed, threads=1, repeats=repeats)
+
+
+def _precision_name(compiled) -> str:
+    """The compiled model's inference precision of float layers, as the precision option spells it."""
+    name = str(compiled.get_property("INFERENCE_PRECISION_HINT")).lower()
+    return next((p for p, word in (("bf16", "bfloat16"), ("f16", "float16"), ("f32", "float32")) if word in name), name)
 
 
 def _reads_zero_point(v: ir.Value) -> bool:

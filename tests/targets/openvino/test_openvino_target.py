@@ -3,6 +3,8 @@ and ``qnnx compare`` on the CPU plugin (marked ``openvino``, skipped without the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -318,6 +320,22 @@ def test_check_finds_both_convs_executed_in_int8():
     assert record.unchecked == ""
     assert record.quantized == 2 and record.int8 == 2
     assert "WARNING" not in qm.report.summary()
+
+
+@pytest.mark.openvino
+def test_check_says_when_the_plugin_runs_float_layers_in_bf16():
+    """This report's figures are ONNX Runtime's f32 ones; where the plugin runs float layers in bf16 by default
+    (CPUs with avx512_bf16 or AMX), the record says so, and only there."""
+    pytest.importorskip("openvino")
+    from qnnx.targets.openvino.runtime import compile_model
+
+    record = _quantized("openvino").report.record("openvino")
+    hint = str(compile_model(_quantized("openvino").export()).get_property("INFERENCE_PRECISION_HINT"))
+    assert record.float_precision == {"bfloat16": "bf16", "float16": "f16"}.get(hint.split("'")[1], "f32")
+    noted = any(line.startswith("note: OpenVINO runs this model's float layers in") for line in record.lines())
+    assert noted == (record.float_precision != "f32")
+    assert not any(line.startswith("note: OpenVINO runs") for line in
+                   replace(record, float_precision="f32").lines())
 
 
 @pytest.mark.openvino
