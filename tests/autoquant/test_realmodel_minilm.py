@@ -47,3 +47,15 @@ def test_minilm_defaults_keep_sentence_embeddings(tmp_path):
     assert np.mean(cos) >= 0.99 and min(cos) >= 0.98, cos
     reasons = [d.reason for d in qm.report.decisions]
     assert sum("feeds LayerNormalization" in r for r in reasons) >= 12
+
+
+@pytest.mark.realmodel
+@pytest.mark.openvino
+def test_minilm_for_openvino_runs_every_quantized_layer_in_int8():
+    """Its queries x keys MatMuls run inside the plugin's generated attention kernels, which do not list them
+    by name: the check counts them there, with no warning of quantized layers run in float."""
+    pytest.importorskip("openvino")
+    qm = qnnx.quantize(str(minilm.onnx_path()), _sentences(0, 8), qnnx.QuantConfig(progress=False, target="openvino"))
+    record = qm.report.record("openvino")
+    assert record.unchecked == "" and record.int8 == record.quantized == 42 and record.in_kernels == 6
+    assert not any(line.startswith("WARNING") for line in record.lines())
