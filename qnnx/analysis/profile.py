@@ -73,6 +73,11 @@ def summarize_events(events: list[dict], *, runs: int, warmup: int = 0) -> Profi
         key = (e["name"][: -len("_kernel_time")], e.get("args", {}).get("op_name", "?"))
         per_node[key][0] += e["dur"]
         per_node[key][1] += 1
+    return _summary(per_node, runs)
+
+
+def _summary(per_node: dict[tuple[str, str], list[float]], runs: int) -> Profile:
+    """A :class:`Profile` of ``runs`` runs from each (node, op type)'s [total microseconds, calls]."""
     total = sum(v[0] for v in per_node.values()) or 1.0
     by_type: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for (_, op), (dur, n) in per_node.items():
@@ -92,7 +97,7 @@ def profile_openvino(model_path: str, feed: dict[str, np.ndarray], *, threads: i
     from qnnx.targets.openvino.runtime import compile_model
 
     request = compile_model(model_path, threads=threads, precision=precision, profile=True).create_infer_request()
-    per_node: dict[tuple[str, str], float] = defaultdict(float)
+    per_node: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for i in range(warmup + runs):
         request.infer(feed)
         if i < warmup:
@@ -101,14 +106,7 @@ def profile_openvino(model_path: str, feed: dict[str, np.ndarray], *, threads: i
             if layer.status.name == "EXECUTED":
                 ran_in = layer.exec_type.rsplit("_", 1)[-1].lower()
                 kind = f"{layer.node_type} [{'int8' if ran_in in ('i8', 'u8') else ran_in}]"
-                per_node[(layer.node_name, kind)] += layer.real_time.total_seconds() * 1e6
-    total = sum(per_node.values()) or 1.0
-    by_type: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for (_, kind), us in per_node.items():
-        by_type[kind][0] += us
-        by_type[kind][1] += 1
-    nodes = sorted((OpTime(name, kind, us / runs, 1.0, us / total) for (name, kind), us in per_node.items()),
-                   key=lambda o: -o.us_per_run)
-    types = sorted((OpTime(kind, kind, us / runs, n, us / total) for kind, (us, n) in by_type.items()),
-                   key=lambda o: -o.us_per_run)
-    return Profile(total / runs, types, nodes)
+                per_node[(layer.node_name, kind)][0] += layer.real_time.total_seconds() * 1e6
+                # once a run: the plugin marks a layer too quick to time NOT_RUN in some runs
+                per_node[(layer.node_name, kind)][1] = runs
+    return _summary(per_node, runs)

@@ -183,7 +183,7 @@ def _precision_name(compiled) -> str:
 
 def _reads_zero_point(v: ir.Value) -> bool:
     """``v`` is dequantized (directly or through data movement) with a zero point other than 0."""
-    p = ops.maker(v, lambda n: ops.passed_on(n) is not None)
+    p = _dequantizer(v)
     zero_point = const_array(p.inputs[2]) if p is not None and len(p.inputs) > 2 else None
     return zero_point is not None and bool(np.any(zero_point != 0))
 
@@ -191,8 +191,13 @@ def _reads_zero_point(v: ir.Value) -> bool:
 def _reads_dequantized(v: ir.Value | None) -> bool:
     """``v`` is a DequantizeLinear's output, directly or through data movement (the plugin moves the
     dequantization down through it)."""
+    return _dequantizer(v) is not None
+
+
+def _dequantizer(v: ir.Value | None) -> ir.Node | None:
+    """The DequantizeLinear making ``v``'s values, directly or through data movement; else None."""
     p = ops.maker(v, lambda n: ops.passed_on(n) is not None) if v is not None else None
-    return p is not None and p.op_type == "DequantizeLinear"
+    return p if p is not None and p.op_type == "DequantizeLinear" else None
 
 
 __all__ = ["OpenVinoRecord", "OpenVinoTarget"]
