@@ -21,8 +21,6 @@ the protocol's disjoint sets), the same samples calibrate
   GPTQ-rounded within the pair limit);
 - ``qnnx_dw_channel`` (only with ``--with-per-channel-depthwise``): the same with the opt-in
   ``depthwise_inputs="per_channel"`` (a depthwise conv's input quantized per channel);
-- ``qnnx_dw_auto`` (only with ``--with-depthwise-auto``): the same with ``depthwise_inputs="auto"`` (per
-  channel where that cuts the readers' rounding noise enough: autoquant.depthwise_axes);
 - ``qnnx_w8`` (only with ``--with-8bit``): the same with ``weight_bits=8`` (no 7-bit headroom: exact on
   CPUs whose int8 kernels sum in 32 bits, VNNI or AMX);
 - ``qnnx_transformer`` (only with ``--with-transformer-recipe``): qnnx's preset for a transformer on
@@ -92,8 +90,7 @@ def nncf_best_options(task_name: str, ov_model) -> dict | None:
 QNNX_OPTIONS = {"qnnx_sym": {"symmetric_activations": "auto"}, "qnnx_pairs": {"weight_bits": "pairs"},
                 "qnnx_gptq_all": {"weight_rounding": "gptq_all"},
                 "qnnx_pairs_gptq": {"weight_bits": "pairs", "weight_rounding": "gptq_all"},
-                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_dw_auto": {"depthwise_inputs": "auto"},
-                "qnnx_w8": {"weight_bits": 8},
+                "qnnx_dw_channel": {"depthwise_inputs": "per_channel"}, "qnnx_w8": {"weight_bits": 8},
                 "qnnx_transformer": dict(PRESETS["transformer"].options)}
 
 
@@ -222,7 +219,6 @@ def run_task(name: str, args, tmp: Path) -> dict:
                + (["qnnx_gptq_all"] if args.with_gptq_all else [])
                + (["qnnx_pairs_gptq"] if args.with_pairs_gptq else [])
                + (["qnnx_dw_channel"] if args.with_per_channel_depthwise else [])
-               + (["qnnx_dw_auto"] if args.with_depthwise_auto else [])
                + (["qnnx_w8"] if args.with_8bit else [])
                + (["qnnx_transformer"] if args.with_transformer_recipe else [])
                + (["qnnx_ort"] if args.with_ort_shape else []) if not args.only or c in args.only]
@@ -330,9 +326,6 @@ def main() -> None:
                     help="also qnnx with both: weight_bits='pairs' and weight_rounding='gptq_all'")
     ap.add_argument("--with-per-channel-depthwise", action="store_true",
                     help="also qnnx with depthwise_inputs='per_channel' (depthwise conv inputs per channel)")
-    ap.add_argument("--with-depthwise-auto", action="store_true",
-                    help="also qnnx with depthwise_inputs='auto' (per channel where the readers' rounding noise "
-                         "drops enough)")
     ap.add_argument("--with-8bit", action="store_true",
                     help="also qnnx with weight_bits=8 (8-bit weights: exact on CPUs whose int8 kernels sum in 32 bits)")
     ap.add_argument("--with-transformer-recipe", action="store_true",
@@ -340,7 +333,7 @@ def main() -> None:
                          "MatMul/Gemm weights")
     ap.add_argument("--only", nargs="+",
                     help="a subset of the quantizers (nncf nncf_best qnnx qnnx_sym qnnx_pairs qnnx_gptq_all "
-                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_dw_auto qnnx_w8 qnnx_transformer qnnx_ort)")
+                         "qnnx_pairs_gptq qnnx_dw_channel qnnx_w8 qnnx_transformer qnnx_ort)")
     ap.add_argument("--out", type=Path, default=OUT / "openvino.json")
     ap.add_argument("--time-spec", help=argparse.SUPPRESS)  # one timing process of latency()
     args = ap.parse_args()

@@ -420,8 +420,7 @@ def quantize(
         depthwise_inputs: Annotated[DepthwiseInputs, typer.Option(
             "--depthwise-inputs", rich_help_panel=_EXPERT,
             help="per_channel: a value read only by depthwise convs gets one min-max range per channel (--target "
-            "openvino, whose depthwise kernels take them); auto: per channel where that cuts its readers' rounding "
-            "noise by 6 dB or more (openvino; per tensor elsewhere); per_tensor: one range"
+            "openvino, whose depthwise kernels take them); per_tensor: one range"
         )] = DepthwiseInputs(_R.depthwise_inputs),
         images: ImagePreprocess | None = None,
 ) -> None:

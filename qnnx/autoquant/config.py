@@ -32,7 +32,7 @@ WEIGHT_ROUNDINGS = ("nearest", "gptq", "gptq_all")
 SMOOTHING_SITES = ("norms", "matmuls")
 BIAS_CORRECTIONS = ("off", "own", "sequential")
 SYMMETRIC_ACTIVATIONS = ("off", "auto")
-DEPTHWISE_INPUTS = ("per_tensor", "per_channel", "auto")
+DEPTHWISE_INPUTS = ("per_tensor", "per_channel")
 CONSUMER_FUNCTION_NAMES = tuple(f for f in CONSUMER_FUNCTIONS if f != "identity")
 
 
@@ -84,9 +84,7 @@ class RangeOptions:
     this fraction of its positive one keeps that side whole; 0: off.
     ``channel_balance``: histogram methods, weight of loud channels, min(1, median ms / ms_c) ** b; 0: off.
     ``depthwise_inputs``: "per_channel" gives a value read only by depthwise convs one min-max range per
-    channel (axis 1), on a target whose depthwise kernels take them (OpenVINO); "per_tensor": one range;
-    "auto": per channel where that lowers the readers' rounding noise enough (autoquant.depthwise_axes),
-    on such a target, else per tensor.
+    channel (axis 1), on a target whose depthwise kernels take them (OpenVINO); "per_tensor": one range.
     """
 
     method: str = "mse"

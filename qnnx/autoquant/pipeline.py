@@ -1,6 +1,6 @@
 """Automatic static quantization: a runner over a list of stages and refinements.
 
-    prepare -> smooth -> plan -> depthwise_axes -> calibrate -> realize -> refinements -> agreement -> integerize -> target
+    prepare -> smooth -> plan -> calibrate -> realize -> refinements -> agreement -> integerize -> target
 
 Each stage is a :class:`~qnnx.autoquant.state.Stage` (stages.py: what it reads and writes); each
 refinement a :class:`~qnnx.autoquant.refinements.base.Refinement`, run when the config enables it,
@@ -23,8 +23,8 @@ from qnnx.autoquant.refinements.symmetric_activations import SymmetricActivation
 from qnnx.autoquant.refinements.weight_rounding import WeightRounding
 from qnnx.autoquant.plan import Plan
 from qnnx.autoquant.report import OutputAgreement, QuantReport
-from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, DEPTHWISE_AXES, HOLD_OUT, INTEGERIZE, PLAN, PREPARE,
-                                   REALIZE, SMOOTH, TARGET_CHECK, nothing_quantized, run_agreement)
+from qnnx.autoquant.stages import (AGREEMENT, CALIBRATE, HOLD_OUT, INTEGERIZE, PLAN, PREPARE, REALIZE, SMOOTH,
+                                   TARGET_CHECK, nothing_quantized, run_agreement)
 from qnnx.autoquant.state import QuantState
 from qnnx.autoquant.validation import Dropped, ValidationRecord, Verdict, sample_errors
 from qnnx.errors import QnnxError
@@ -32,7 +32,7 @@ from qnnx.ir import save_model
 from qnnx.passes.lower import lower
 from qnnx.targets import target
 
-STAGES_BEFORE = (PREPARE, HOLD_OUT, SMOOTH, PLAN, DEPTHWISE_AXES, CALIBRATE, REALIZE)
+STAGES_BEFORE = (PREPARE, HOLD_OUT, SMOOTH, PLAN, CALIBRATE, REALIZE)
 # In this order: the zero points are chosen first (the fallbacks keep them); the fallbacks and the accuracy
 # guard re-realize from nearest rounding and plain biases, so the weight rounding and the bias correction
 # come after them.
@@ -102,7 +102,7 @@ def run(model, calibration, config: QuantConfig, refinements=REFINEMENTS, *, val
     planned = None
     for stage in STAGES_BEFORE:
         state = stage(state)
-        if stage is DEPTHWISE_AXES:  # the plan every recipe shares
+        if stage is PLAN:
             planned = state
     verdicts: list[Verdict] = []
     plain = None

@@ -168,30 +168,13 @@ def plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = N
     return Plan(matches, share_groups(matches), decisions)
 
 
-def target_plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = None,
-                per_tensor: frozenset[str] = frozenset()) -> Plan:
+def target_plan(model: ir.Model, config: QuantConfig, exclusions: Exclusions | None = None) -> Plan:
     """:func:`plan` as ``config.target`` executes it (:func:`for_target` with that target's facts): what the
-    plan stage and every re-planning refinement use, so both shape a model alike. ``per_tensor``: names of
-    depthwise conv inputs kept per tensor (the depthwise_axes stage's choice, which a re-plan keeps)."""
+    plan stage and every re-planning refinement use, so both shape a model alike."""
     runtime = target(config.target)
-    the_plan = for_target(plan(model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
-                          per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel),
-                          runtime.unsigned_readers)
-    return with_per_tensor(the_plan, per_tensor) if per_tensor else the_plan
-
-
-def with_per_tensor(the_plan: Plan, names: frozenset[str]) -> Plan:
-    """``the_plan`` with the per-channel roots named in ``names`` (and the values sharing their qparams)
-    quantized per tensor again; ``the_plan`` itself when none of them is per channel."""
-    roots = {r for r in the_plan.per_channel_roots() if r.name in names}
-    if not roots:
-        return the_plan
-    flat = [PatternMatch(m.pattern, m.nodes,
-                         tuple(replace(t, per_channel=False) if t.per_channel and
-                               the_plan.groups.get(t.value, t.value) in roots else t for t in m.inputs),
-                         m.outputs, m.bias)
-            for m in the_plan.matches]
-    return Plan(flat, share_groups(flat), the_plan.decisions)
+    return for_target(plan(model, config, exclusions), runtime.execution, runtime.hoists_quantizers,
+                      per_channel_depthwise(config.target, config.ranges.depthwise_inputs, config.per_channel),
+                      runtime.unsigned_readers)
 
 
 def for_target(the_plan: Plan, execution, hoist: bool = False, per_channel_depthwise: bool = False,

@@ -5,9 +5,6 @@
     smooth      float_model, data, samples -> float_model (SmoothQuant, checked exact in float on the samples;
                                            left out where it is not), report.records["smooth"]
     plan        float_model, config     -> exclusions, plan (as config.target executes it)
-    depthwise_axes float_model, plan, data -> plan, depthwise_axes (per value: a depthwise conv input per
-                                           channel or per tensor; depthwise_inputs "auto" only),
-                                           report.records["depthwise_axes"]
     calibrate   float_model, plan, data -> qparams, plan (patterns' checks applied), report.calibration
     realize     float_model, plan, qparams -> qdq, keep_float
     (refinements: refinements/, each state -> state)
@@ -26,7 +23,6 @@ import numpy as np
 import onnx_ir as ir
 
 from qnnx.autoquant.calibration import CALIBRATORS
-from qnnx.autoquant.depthwise_axes import choose_axes
 from qnnx.autoquant.plan import NO_PATTERN, Exclusions, activation_qparams, checked, target_plan
 from qnnx.autoquant.prepare import REWRITES
 from qnnx.autoquant.prepare import prepared as prepare_model
@@ -218,13 +214,6 @@ def nothing_quantized(the_plan) -> QnnxError:
                      "write it anyway")
 
 
-def run_depthwise_axes(state: QuantState) -> QuantState:
-    the_plan, axes = choose_axes(state.float_model, state.plan, state.data, state.config)
-    if axes.choices:
-        state.report.records["depthwise_axes"] = axes
-    return replace(state, plan=the_plan, depthwise_axes=axes)
-
-
 def run_calibrate(state: QuantState) -> QuantState:
     config = state.config
     name = config.calibration.calibrator
@@ -318,8 +307,6 @@ HOLD_OUT = Stage("hold_out", run_hold_out, ("data", "validation", "float_model",
                  ("data", "samples", "validation", "validation_reference"))
 SMOOTH = Stage("smooth", run_smooth, ("float_model", "data", "samples", "config"), ("float_model",))
 PLAN = Stage("plan", run_plan, ("float_model", "renames", "source_op_types", "config"), ("exclusions", "plan"))
-DEPTHWISE_AXES = Stage("depthwise_axes", run_depthwise_axes, ("float_model", "plan", "data", "config"),
-                       ("plan", "depthwise_axes"))
 CALIBRATE = Stage("calibrate", run_calibrate, ("float_model", "plan", "data", "config"), ("plan", "qparams"))
 REALIZE = Stage("realize", run_realize, ("float_model", "plan", "qparams", "exclusions", "config"),
                 ("qdq", "keep_float"))

@@ -30,7 +30,6 @@ class QuantState:
     samples: tuple[dict, ...] = ()  # the first samples: refinements and the output check measure on them
     exclusions: object | None = None  # plan.Exclusions: what the user (and refinements) keep float
     plan: object | None = None  # plan.Plan
-    depthwise_axes: object | None = None  # depthwise_axes.DepthwiseAxes: depthwise inputs per channel or per tensor
     qparams: dict = field(default_factory=dict)  # activation qparams by value name
     qdq: ir.Model | None = None  # the logical QDQ model (no target shaping)
     keep_float: frozenset[str] = frozenset()  # node names the canonical conversion must keep float

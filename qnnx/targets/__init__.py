@@ -59,13 +59,10 @@ def weight_grid(target_name: str, weight_bits: int | str) -> WeightGrid:
 
 
 def per_channel_depthwise(target_name: str, depthwise_inputs: str, per_channel_weights: bool) -> bool:
-    """Whether depthwise conv inputs may get per-channel qparams under ``depthwise_inputs`` ("per_tensor",
-    "per_channel" or "auto": per channel where the depthwise_axes stage finds it pays); "per_channel" is a
-    :class:`QnnxError` unless the target's depthwise kernels take them and the weights are per-channel (the
-    int32 accumulator's scale is then one input channel's times one weight channel's), "auto" then means per
-    tensor."""
-    if depthwise_inputs == "auto":
-        return target(target_name).per_channel_depthwise_inputs and per_channel_weights
+    """Whether depthwise conv inputs get per-channel qparams under ``depthwise_inputs`` ("per_tensor" or
+    "per_channel"); "per_channel" is a :class:`QnnxError` unless the target's depthwise kernels take them and
+    the weights are per-channel (the int32 accumulator's scale is then one input channel's times one weight
+    channel's)."""
     if depthwise_inputs != "per_channel":
         return False
     if not target(target_name).per_channel_depthwise_inputs:

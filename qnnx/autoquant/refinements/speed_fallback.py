@@ -295,8 +295,7 @@ class SpeedFallback(Refinement):
             # before, with the same group.
             kept = {m.nodes[0].name: activations(m) for m in keep}
             floats = [n.name for m in the_plan.matches if m.nodes[0].name not in kept for n in m.nodes]
-            replanned = target_plan(state.float_model, config, state.exclusions.with_nodes(floats),
-                                    state.depthwise_axes.per_tensor if state.depthwise_axes else frozenset())
+            replanned = target_plan(state.float_model, config, state.exclusions.with_nodes(floats))
             return the_plan.keeping([m for m in replanned.matches if kept.get(m.nodes[0].name) == activations(m)])
 
         def realize(keep: list[PatternMatch]) -> ir.Model:
