@@ -134,18 +134,25 @@ def _identity(op, x, **_):
     return op.Identity(x)
 
 
-def _exact(value: float):
-    return orp.Constant(value, rel_tol=0.0, abs_tol=0.0)
+def _exactly(value: float):
+    """A rewrite condition: the constant ``c`` holds one element equal to ``value`` exactly and broadcasting it
+    leaves ``x``'s shape as it is (a scalar, or a one-element tensor of no higher rank than ``x``)."""
+    def condition(context, x, c, **_) -> bool:
+        a = c.const_value.numpy() if c.const_value is not None else None
+        return (a is not None and a.size == 1 and a.reshape(-1)[0] == value
+                and (a.ndim == 0 or (x.shape is not None and a.ndim <= len(x.shape))))
+    return condition
 
 
 # ``x + 0``, ``x * 1``, ``x - 0``, ``x / 1`` -> x only for an exact 0 or 1: onnxscript's own no-op rules
 # match constants within a tolerance (1e-8 absolute), which turned an audio front-end's
-# ``Add(x * x, 1e-10)`` into Identity and its silent input into log(0).
+# ``Add(x * x, 1e-10)`` into Identity and its silent input into log(0). A one-element tensor counts as
+# its value (Paddle exports write x * sigmoid(x * [1.0]) and x + [0.0]).
 EXACT_NO_OP_RULES = (
-    *orp.RewriteRule(lambda op, x: op.Mul(x, _exact(1)), _identity).commute(),
-    *orp.RewriteRule(lambda op, x: op.Add(x, _exact(0)), _identity).commute(),
-    orp.RewriteRule(lambda op, x: op.Sub(x, _exact(0)), _identity),
-    orp.RewriteRule(lambda op, x: op.Div(x, _exact(1)), _identity),
+    *orp.RewriteRule(lambda op, x, c: op.Mul(x, c), _identity, _exactly(1)).commute(),
+    *orp.RewriteRule(lambda op, x, c: op.Add(x, c), _identity, _exactly(0)).commute(),
+    orp.RewriteRule(lambda op, x, c: op.Sub(x, c), _identity, _exactly(0)),
+    orp.RewriteRule(lambda op, x, c: op.Div(x, c), _identity, _exactly(1)),
     dropout_zero_rule,
     dropout_inference_rule,
 )
