@@ -39,6 +39,25 @@ def test_exact_no_ops_still_go():
     assert [n.op_type for n in p.graph] == ["Mul", "Identity", "Log"] or [n.op_type for n in p.graph] == ["Mul", "Log"]
 
 
+@pytest.mark.parametrize("op, value", [("Add", 0.0), ("Sub", 0.0), ("Mul", 1.0), ("Div", 1.0)])
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_a_one_element_no_op_goes(op, value, shape):
+    # Paddle exports write x * sigmoid(x * [1.0]) and x + [0.0]
+    g = Graph()
+    x = g.input("x", [1, 4])
+    m = g.model(g.node("Log", [g.node(op, [g.node("Mul", [x, x]), g.const(np.full(shape, value, np.float32))])]))
+    assert [n.op_type for n in prepare(m).graph if n.op_type != "Identity"] == ["Mul", "Log"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2,)])
+def test_a_constant_that_broadcasts_or_holds_more_values_is_kept(shape):
+    # [[[0.0]]] turns a 1 x 4 value into 1 x 1 x 4; [0, 0] broadcasts against 4 values only with an error
+    g = Graph()
+    x = g.input("x", [1, 4] if shape == (1, 1, 1) else [1, 2])
+    m = g.model(g.node("Log", [g.node("Add", [g.node("Mul", [x, x]), g.const(np.zeros(shape, np.float32))])]))
+    assert [n.op_type for n in prepare(m).graph] == ["Mul", "Add", "Log"]
+
+
 def test_a_skipped_rewrite_is_not_applied():
     g = Graph()
     x = g.input("x", [1, 2, 4, 4])
