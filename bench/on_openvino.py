@@ -142,12 +142,13 @@ def int8_layers(model, precision: str) -> tuple[int, int]:
     return len(int8), len(floats)
 
 
-def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str, rounds: int, tmp: Path) -> dict:
+def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str, rounds: int, tmp: Path,
+            processes: int = 0) -> dict:
     """Median ms of each model and its time relative to NNCF's default model, with NNCF's model timed a
     second time as ``nncf_again`` (its ratio is the run's own noise).
 
-    Each model is written to a file and timed in as many processes as there are models, each compiling them
-    in a rotated order: on this host a model compiled later in a process runs a few percent faster than the
+    Each model is written to a file and timed in ``processes`` processes (0: as many as there are models),
+    each compiling them in a rotated order: on this host a model compiled later in a process runs a few percent faster than the
     same file compiled earlier, so one fixed order favours whatever comes last. Within a process the models
     run interleaved (``repeats`` per round, the order rotated each time, so a shared machine's load hits all
     alike); a process's ratio is the median over ``rounds`` of the round's median time over NNCF's; the ratio
@@ -167,8 +168,8 @@ def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str
     feed_file = tmp / "timed.feed.npz"
     np.savez(feed_file, **feed)
     per_process = []
-    for p in range(len(keys)):
-        order = keys[p:] + keys[:p]
+    for p in range(processes or len(keys)):
+        order = keys[p % len(keys):] + keys[:p % len(keys)]
         spec = {"files": {k: str(files[k]) for k in order}, "feed": str(feed_file), "threads": threads,
                 "repeats": repeats, "rounds": rounds, "precision": precision}
         out = subprocess.run([sys.executable, __file__, "--time-spec", json.dumps(spec)], check=True,
@@ -262,7 +263,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
         score, cosine = summarize(r["per_seed"]), summarize([None if a is None else a["cosine"] for a in r["agreement"]])
         r["mean"], r["worst"] = score["mean"], score["worst"]
         r["cosine_mean"], r["cosine_worst"] = cosine["mean"], cosine["worst"]
-    timed = latency(first, feeds[0], args.threads, args.repeats, args.precision, args.rounds, tmp)
+    timed = latency(first, feeds[0], args.threads, args.repeats, args.precision, args.rounds, tmp, args.processes)
     ms = res["latency_ms"] = timed["ms"]
     res["time_vs_nncf"] = timed["vs_nncf"]
     res["time_vs_nncf_per_process"] = timed["vs_nncf_per_process"]
@@ -314,6 +315,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="timed runs of each model per round")
     ap.add_argument("--rounds", type=int, default=5,
                     help="latency rounds per process (the ratio to NNCF: median over the processes of the rounds' median)")
+    ap.add_argument("--processes", type=int, default=0,
+                    help="timing processes, the compile order rotated in each (default: one per model); more of "
+                         "them narrow the median's spread")
     ap.add_argument("--precision", default="default", help="INFERENCE_PRECISION_HINT (default: the plugin's)")
     ap.add_argument("--with-ort-shape", action="store_true", help="also qnnx's ONNX Runtime-shaped QDQ file on OpenVINO")
     ap.add_argument("--with-symmetric", action="store_true",
