@@ -148,11 +148,11 @@ def latency(models: dict, feed: dict, threads: int, repeats: int, precision: str
     second time as ``nncf_again`` (its ratio is the run's own noise).
 
     Each model is written to a file and timed in ``processes`` processes (0: as many as there are models),
-    each compiling them in a rotated order: on this host a model compiled later in a process runs a few percent faster than the
-    same file compiled earlier, so one fixed order favours whatever comes last. Within a process the models
-    run interleaved (``repeats`` per round, the order rotated each time, so a shared machine's load hits all
-    alike); a process's ratio is the median over ``rounds`` of the round's median time over NNCF's; the ratio
-    reported is the median over the processes."""
+    each compiling them in a rotated order: on this host a model compiled later in a process runs a few
+    percent faster than the same file compiled earlier, so one fixed order favours whatever comes last.
+    Within a process the models run interleaved (``repeats`` per round, the order rotated each time, so a
+    shared machine's load hits all alike); a process's ratio is the median over ``rounds`` of the round's
+    median time over NNCF's; the ratio reported is the median over the processes."""
     import openvino as ov
 
     files = {}

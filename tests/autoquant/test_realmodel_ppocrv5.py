@@ -27,4 +27,4 @@ def test_ppocrv5_rec_quantizes_the_pooled_features_before_the_unsqueeze_for_open
     assert dq.inputs[0].producer().inputs[0].producer().op_type == "AveragePool"  # Q of the pooling's output
     quantized = [n.inputs[0] for n in graph if n.op_type == "QuantizeLinear"]
     assert not any(v.producer() is not None and v.producer().op_type in ("Unsqueeze", "Add", "Identity")
-                   and len(v.shape) == 5 for v in quantized)
+                   and v.shape is not None and len(v.shape) == 5 for v in quantized)

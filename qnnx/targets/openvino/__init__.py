@@ -106,7 +106,8 @@ class OpenVinoRecord:
         if self.float_precision not in ("", "f32"):
             out.append(f"note: OpenVINO runs this model's float layers in {self.float_precision} on this CPU (its "
                        "default there); this report's SQNR and cosine are computed in f32 on ONNX Runtime: `qnnx "
-                       "compare --runtime openvino` measures the model as the plugin runs it (--precision f32 keeps f32)")
+                       "compare --runtime openvino` measures the model as the plugin runs it (--precision f32 keeps "
+                       "f32)")
         return out
 
 
@@ -166,7 +167,8 @@ class OpenVinoTarget:
         int8, floats = contractions(layers)
         in_kernels = in_int8_kernels(quantized, layers)
         shifted = [n.name for n in quantized if n.op_type == "ConvTranspose" and _reads_zero_point(n.inputs[0])]
-        return OpenVinoRecord(len(quantized), len(int8) + len(in_kernels), [layer.fused or layer.name for layer in floats],
+        return OpenVinoRecord(len(quantized), len(int8) + len(in_kernels),
+                              [layer.fused or layer.name for layer in floats],
                               saturating=wide_int8_pairs(qdq) and pairs_saturate(), in_kernels=len(in_kernels),
                               shifted_deconvolutions=shifted, float_precision=_precision_name(compiled))
 

@@ -53,7 +53,8 @@ def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> li
     """The names of ``nodes`` (quantized convs/matmuls) that an int8 ``Subgraph`` layer executes rather than
     a conv/matmul layer: one the layer lists, itself or an op reading its output (the group's first op
     is renamed)."""
-    listed = {name for layer in layers if layer.layer_type in CONTRACTIONS for name in (layer.name, *layer.fused.split(","))}
+    listed = {name for layer in layers if layer.layer_type in CONTRACTIONS
+              for name in (layer.name, *layer.fused.split(","))}
     kernels = [{layer.name, *layer.fused.split(",")} - {""} for layer in layers
                if layer.layer_type == "Subgraph" and layer.precision in INT8]
     out = []
