@@ -209,7 +209,7 @@ def run_task(name: str, args, tmp: Path) -> dict:
     why = task.unavailable()
     if why:
         return {"task": name, "unavailable": why}
-    evaluation = task.evaluation(args.eval)
+    evaluation = task.evaluation(args.eval, seed=args.eval_seed)
     feeds, truths = [f for f, _ in evaluation], [t for _, t in evaluation]
     fp32 = task.score(outputs_of(task.model_path, feeds, args.score_threads, args.precision), truths)
     metric = main_metric(fp32)
@@ -310,6 +310,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--calib", type=int, default=32)
     ap.add_argument("--eval", type=int, default=200)
+    ap.add_argument("--eval-seed", type=int, default=1,
+                    help="which evaluation samples (Task.evaluation's seed; the protocol's are 1's)")
     ap.add_argument("--threads", type=int, default=1, help="inference threads of the latency runs")
     ap.add_argument("--score-threads", type=int, default=2, help="inference threads while scoring")
     ap.add_argument("--repeats", type=int, default=20, help="timed runs of each model per round")
