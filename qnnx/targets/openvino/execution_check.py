@@ -51,8 +51,8 @@ def contractions(layers: list[ExecutedLayer]) -> tuple[list[ExecutedLayer], list
 
 def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> list[str]:
     """The names of ``nodes`` (quantized convs/matmuls) that an int8 ``Subgraph`` layer executes rather than
-    a conv/matmul layer: one the layer lists, itself or an op reading its output (the group's first op
-    is renamed)."""
+    a conv/matmul layer: one the layer lists, itself, an op reading its output or one making its input
+    (the converter renames the ops it rewrites, the plugin the group's first op)."""
     listed = {name for layer in layers if layer.layer_type in CONTRACTIONS
               for name in (layer.name, *layer.fused.split(","))}
     kernels = [{layer.name, *layer.fused.split(",")} - {""} for layer in layers
@@ -61,7 +61,8 @@ def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> li
     for node in nodes:
         if node.name in listed:
             continue
-        near = {node.name} | {use.node.name for v in node.outputs for use in v.uses()}
+        near = ({node.name} | {use.node.name for v in node.outputs for use in v.uses()}
+                | {v.producer().name for v in node.inputs if v is not None and v.producer() is not None})
         if any(near & kernel for kernel in kernels):
             out.append(node.name)
     return out

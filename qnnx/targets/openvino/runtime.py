@@ -30,9 +30,12 @@ def openvino_module():
 
 def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, precision: str = "default",
                   profile: bool = False):
-    """``model`` (an ONNX file or an ``ir.Model``, written to a temporary file) compiled for the CPU plugin:
-    ``threads`` inference threads (None: the plugin's), one stream, latency hint; ``precision``: the
-    inference precision hint of the float layers (``PRECISIONS``); ``profile``: per-layer counters on."""
+    """``model`` (an ONNX file or an ``ir.Model``, written to a temporary file; or an OpenVINO IR file)
+    compiled for the CPU plugin: ``threads`` inference threads (None: the plugin's), one stream, latency
+    hint; ``precision``: the inference precision hint of the float layers (``PRECISIONS``); ``profile``:
+    per-layer counters on. An ONNX model goes through ``openvino.convert_model``, as a deployment converts it
+    (and NNCF's models are): compiled from the ONNX file directly, the plugin keeps some layers apart that
+    the converter's transformations fuse (docs/benchmarks.md)."""
     if precision not in PRECISIONS:
         raise QnnxError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     ov = openvino_module()
@@ -44,16 +47,28 @@ def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, prec
         config["INFERENCE_PRECISION_HINT"] = precision
     if profile:
         config["PERF_COUNT"] = "YES"
+
+    def read(path: str):
+        return ov.convert_model(path) if path.endswith(".onnx") else core.read_model(path)
+
     try:
         if isinstance(model, ir.Model):
             with tempfile.TemporaryDirectory(prefix="qnnx_ov_") as tmp:
                 path = os.path.join(tmp, "model.onnx")
                 save_model(model, path)
-                return core.compile_model(core.read_model(path), "CPU", config)
-        return core.compile_model(core.read_model(str(model)), "CPU", config)
-    except RuntimeError as e:
-        raise QnnxError(f"OpenVINO cannot compile the model: {str(e).strip().splitlines()[0][:300]}",
+                return core.compile_model(read(path), "CPU", config)
+        return core.compile_model(read(str(model)), "CPU", config)
+    except Exception as e:  # noqa: BLE001 - the plugin's RuntimeError, the converter's own types: one line
+        raise QnnxError(f"OpenVINO cannot compile the model: {_reason(e)[:300]}",
                         where=None if isinstance(model, ir.Model) else str(model)) from None
+
+
+def _reason(e: Exception) -> str:
+    """The line of an OpenVINO error that says what failed (its last one that is not a source location or
+    a frontend's preamble: "No conversion rule found for operations: X", "Cannot recognize input model.")."""
+    lines = [line.strip(" -") for line in str(e).splitlines() if line.strip(" -")]
+    said = [line for line in lines if not line.startswith(("Exception from ", "Check '", "FrontEnd API failed"))]
+    return (said or lines or [type(e).__name__])[-1]
 
 
 def run(compiled, feed: dict[str, np.ndarray]) -> list[np.ndarray]:

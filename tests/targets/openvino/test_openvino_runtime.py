@@ -41,3 +41,27 @@ def test_timing_a_model_openvino_cannot_read_is_one_error_line():
 
     with pytest.raises(QnnxError, match="OpenVINO cannot compile the model"):
         runtime.median_latency_ms(["/nonexistent/model.onnx"], feed={}, repeats=1)
+
+
+@pytest.mark.openvino
+def test_a_model_openvino_cannot_convert_is_one_error_line_naming_why(tmp_path):
+    pytest.importorskip("openvino")
+    import onnx
+    from onnx import helper
+
+    from qnnx.errors import QnnxError
+
+    graph = helper.make_graph([helper.make_node("FooBar", ["x"], ["y"], domain="weird")], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    path = tmp_path / "unknown_op.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("weird", 1)]),
+              path)
+    with pytest.raises(QnnxError, match="No conversion rule found for operations: weird.FooBar") as e:
+        runtime.compile_model(path)
+    assert "\n" not in str(e.value)
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"not a model")
+    with pytest.raises(QnnxError, match="OpenVINO cannot compile the model") as e:
+        runtime.compile_model(garbage)
+    assert "\n" not in str(e.value)
