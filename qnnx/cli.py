@@ -286,7 +286,8 @@ def quantize(
         target: Annotated[Runtime, typer.Option(
             "--target", help="the runtime the model is quantized and its QDQ file shaped for: onnxruntime (every "
             "pattern integer, ORT's kernels' shaping) or openvino (the inputs of convs, matmuls, pools and binary ops "
-            "of two signals quantized, above data movement, so the CPU plugin fuses the float ops after them)")
+            "of two signals quantized, above data movement, so the CPU plugin fuses the float ops after them; deploy "
+            "it converted: ovc or openvino.convert_model)")
         ] = Runtime(QuantConfig.target),
         preset: Annotated[ModelPreset | None, typer.Option(
             "--preset", show_default=False,
@@ -593,7 +594,8 @@ def compare(
         quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress output")] = False,
         runtime: Annotated[Runtime, typer.Option(
             "--runtime", help="what runs the quantized model: onnxruntime (every layer compared) or openvino (its "
-            "CPU plugin: the outputs only; the float reference still runs on ONNX Runtime)")] = Runtime.onnxruntime,
+            "CPU plugin, the model converted by openvino.convert_model: the outputs only; the float reference still "
+            "runs on ONNX Runtime)")] = Runtime.onnxruntime,
         threads: Annotated[int | None, typer.Option("--threads", min=1, show_default=False,
                                                     help="openvino: inference threads (default: the plugin's)")]
         = None,
@@ -637,8 +639,8 @@ def bench(
         repeats: Annotated[int, typer.Option(
             "--repeats", min=1, help="timed runs of each of a model's two sessions")] = 20,
         runtime: Annotated[Runtime, typer.Option(
-            "--runtime", help="onnxruntime (CPU provider) or openvino (the model compiled by its CPU plugin, one "
-            "stream, latency hint)")] = Runtime.onnxruntime,
+            "--runtime", help="onnxruntime (CPU provider) or openvino (the model converted by openvino.convert_model, "
+            "as for deployment, and compiled by its CPU plugin, one stream, latency hint)")] = Runtime.onnxruntime,
         precision: Annotated[Precision, typer.Option(
             "--precision", help="openvino: inference precision hint of its float layers (default: the plugin's, "
             "bf16 on CPUs that have it)")] = Precision.default,

@@ -65,3 +65,36 @@ def test_a_model_openvino_cannot_convert_is_one_error_line_naming_why(tmp_path):
     with pytest.raises(QnnxError, match="OpenVINO cannot compile the model") as e:
         runtime.compile_model(garbage)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.openvino
+@pytest.mark.realmodel
+def test_an_onnx_model_is_compiled_as_openvino_convert_model_converts_it(tmp_path):
+    """PP-OCR cls quantized for OpenVINO: compiled from the ONNX file directly, the plugin keeps layers
+    apart that the converter's transformations fuse (a deployment converts the file, and NNCF's models are
+    converted): qnnx compiles what the converter makes."""
+    ov = pytest.importorskip("openvino")
+    pytest.importorskip("rapidocr_onnxruntime", reason="needs the examples extra")
+    import collections
+
+    import qnnx
+    from qnnx import QuantConfig
+    from qnnx.examples.ppocr_cls import crops, load_classifier
+
+    classifier = load_classifier()
+    calib, _ = crops(classifier, 8, seed=0, split=0)
+    qm = qnnx.quantize(str(classifier.path), [{classifier.input_name: x} for x in calib],
+                       config=QuantConfig(progress=False, target="openvino", weight_rounding="nearest",
+                                          bias_correction="off", speed_fallback="off"))
+    path = tmp_path / "cls.ov.onnx"
+    qm.save(path)
+
+    def layers(compiled) -> collections.Counter:
+        return collections.Counter(op.get_rt_info()["layerType"].astype(str)
+                                   for op in compiled.get_runtime_model().get_ordered_ops())
+
+    core, config = ov.Core(), {"INFERENCE_NUM_THREADS": "1"}
+    converted = layers(core.compile_model(ov.convert_model(str(path)), "CPU", config))
+    read = layers(core.compile_model(core.read_model(str(path)), "CPU", config))
+    assert read != converted, "this OpenVINO compiles the file alike either way: the test no longer tells them apart"
+    assert layers(runtime.compile_model(path)) == converted
