@@ -29,7 +29,8 @@ the protocol's disjoint sets), the same samples calibrate
   (``weight_bits="pairs"``, ``weight_rounding="gptq_all"``);
 - ``qnnx_ort`` (only with ``--with-ort-shape``): qnnx's ONNX Runtime-shaped QDQ file, run on OpenVINO;
 
-and every model is scored by OpenVINO on the same ``--eval`` evaluation samples (task metric; mean and
+and every model is scored by OpenVINO (an ONNX file converted by ``openvino.convert_model`` first, as NNCF's
+models are) on the same ``--eval`` evaluation samples (task metric; mean and
 worst over the seeds), and its outputs compared with the fp32 model's computed in f32: the raw outputs'
 cosine (``cosine to fp32``, bench/tasks.raw_agreement, mean over the samples) in the table, the task's own
 agreement measures (decoded text, thresholded maps, labels) in the JSON. They show where a score above or
