@@ -49,7 +49,7 @@ def compile_model(model: ir.Model | str | Path, *, threads: int | None = 1, prec
         config["PERF_COUNT"] = "YES"
 
     def read(path: str):
-        return ov.convert_model(path) if path.endswith(".onnx") else core.read_model(path)
+        return core.read_model(path) if path.endswith(".xml") else ov.convert_model(path)
 
     try:
         if isinstance(model, ir.Model):
