@@ -80,6 +80,7 @@ def test_an_onnx_model_is_compiled_as_openvino_convert_model_converts_it(tmp_pat
     import qnnx
     from qnnx import QuantConfig
     from qnnx.examples.ppocr_cls import crops, load_classifier
+    from qnnx.targets.openvino.execution_check import executed_layers
 
     classifier = load_classifier()
     calib, _ = crops(classifier, 8, seed=0, split=0)
@@ -90,8 +91,7 @@ def test_an_onnx_model_is_compiled_as_openvino_convert_model_converts_it(tmp_pat
     qm.save(path)
 
     def layers(compiled) -> collections.Counter:
-        return collections.Counter(op.get_rt_info()["layerType"].astype(str)
-                                   for op in compiled.get_runtime_model().get_ordered_ops())
+        return collections.Counter(layer.layer_type for layer in executed_layers(compiled))
 
     core, config = ov.Core(), {"INFERENCE_NUM_THREADS": "1"}
     converted = layers(core.compile_model(ov.convert_model(str(path)), "CPU", config))
