@@ -106,6 +106,34 @@ def main_model(opset: int = 17) -> onnx.ModelProto:
     return g.model("y")
 
 
+def squeeze_excitation_model(average: str = "GlobalAveragePool") -> onnx.ModelProto:
+    """x -> conv a -> hard-swish h -> (``average`` -> conv -> Relu -> conv -> HardSigmoid: gate) -> h * gate
+    (node "scale") -> conv c -> y: a squeeze-excitation block as PP-LCNet writes it. ``average``
+    "ReduceMean" averages over the spatial axes, "ReduceMean channels" over the channels (a spatial gate,
+    not a squeeze-excitation), "Sigmoid" gates h by a function of itself (no average)."""
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", [1, 4, 8, 8])
+    a = g.node("Conv", [x, g.const(conv_weight(rng, 8, 4), "wa")], name="a", pads=[1, 1, 1, 1], out="a_out")
+    h = g.node("HardSwish", [a], name="hswish", out="h_out")
+    if average == "Sigmoid":
+        gate = g.node("Sigmoid", [h], name="gate", out="gate_out")
+    else:
+        if average == "GlobalAveragePool":
+            p = g.node("GlobalAveragePool", [h], name="pool", out="pool_out")
+        else:
+            axes = [2, 3] if average == "ReduceMean" else [1]
+            p = g.node("ReduceMean", [h], name="pool", axes=axes, keepdims=1, out="pool_out")
+        c_in = 8 if average != "ReduceMean channels" else 1
+        s = g.node("Conv", [p, g.const(conv_weight(rng, 2, c_in, k=1), "ws1")], name="squeeze", out="s_out")
+        r = g.node("Relu", [s], name="relu", out="r_out")
+        e = g.node("Conv", [r, g.const(conv_weight(rng, 8, 2, k=1), "ws2")], name="excite", out="e_out")
+        gate = g.node("HardSigmoid", [e], name="gate", alpha=1 / 6, beta=0.5, out="gate_out")
+    m = g.node("Mul", [h, gate], name="scale", out="scaled")
+    g.node("Conv", [m, g.const(conv_weight(rng, 4, 8), "wc")], name="c", pads=[1, 1, 1, 1], out="y")
+    return g.model("y")
+
+
 def samples(n: int, shape=(1, 3, 8, 8), seed: int = 1, scale: float = 1.0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal(shape) * scale).astype(np.float32) for _ in range(n)]

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 import pytest
-from float_graphs import Graph, conv_weight, nodes_by_name, qdq_of, qparams_of, samples
+from float_graphs import Graph, conv_weight, nodes_by_name, qdq_of, qparams_of, samples, squeeze_excitation_model
 
 import qnnx
 from qnnx import QuantConfig
@@ -344,6 +344,15 @@ def test_check_says_when_the_plugin_runs_float_layers_in_bf16():
     assert noted == (record.float_precision != "f32")
     assert not any(line.startswith("note: OpenVINO runs") for line in
                    replace(record, float_precision="f32").lines())
+
+
+@pytest.mark.openvino
+def test_check_counts_a_conv_making_a_graph_output_once():
+    """The conv after a squeeze-excitation Mul makes the graph output (the converter names its layer after
+    that output) and reads the Mul's int8 eltwise kernel: one int8 layer, not also one inside a kernel."""
+    pytest.importorskip("openvino")
+    lines = target("openvino").check(_quantized_for_openvino(squeeze_excitation_model(), (1, 4, 8, 8)).qdq).lines()
+    assert lines[0] == "OpenVINO (CPU) executes 4 conv/matmul layer(s) in int8 (4 quantized in the model), 0 in float"
 
 
 @pytest.mark.openvino
