@@ -51,9 +51,11 @@ def contractions(layers: list[ExecutedLayer]) -> tuple[list[ExecutedLayer], list
 
 def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> list[str]:
     """The names of ``nodes`` (quantized convs/matmuls) that an int8 ``Subgraph`` layer executes rather than
-    a conv/matmul layer: one the layer lists, itself, an op reading its output or one making its input
-    (the converter renames the ops it rewrites, the plugin the group's first op). A node whose output a
-    conv/matmul layer lists is that layer's (the converter names a layer making a graph output after it)."""
+    a conv/matmul layer: one the layer lists, itself, an op reading its output, one reading that op's output
+    or one making its input (the converter renames the ops it rewrites, the plugin the group's first op:
+    PP-OCRv5 rec's kernel lists neither its queries x keys MatMul nor the Softmax after it, only the
+    MatMul after that). A node whose output a conv/matmul layer lists is that layer's (the converter names
+    a layer making a graph output after it)."""
     listed = {name for layer in layers if layer.layer_type in CONTRACTIONS
               for name in (layer.name, *layer.fused.split(","))}
     kernels = [{layer.name, *layer.fused.split(",")} - {""} for layer in layers
@@ -62,7 +64,9 @@ def in_int8_kernels(nodes: Iterable[ir.Node], layers: list[ExecutedLayer]) -> li
     for node in nodes:
         if node.name in listed or any(v.name in listed for v in node.outputs):
             continue
-        near = ({node.name} | {use.node.name for v in node.outputs for use in v.uses()}
+        readers = [use.node for v in node.outputs for use in v.uses()]
+        near = ({node.name} | {r.name for r in readers}
+                | {use.node.name for r in readers for v in r.outputs for use in v.uses()}
                 | {v.producer().name for v in node.inputs if v is not None and v.producer() is not None})
         if any(near & kernel for kernel in kernels):
             out.append(node.name)
